@@ -1,0 +1,36 @@
+"""Who acts: LLM policies (agents/llm.py) and classic baselines (agents/baselines.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrl.agents.base import Agent, PolicyAgent
+from agentrl.errors import UnknownChoiceError
+
+AGENTS = ("human", "llm", "planner", "random")
+
+
+def build_agent(cfg: Any, **kwargs: Any) -> Agent:
+    """Build the agent named by `cfg.agent.name` from the full composed config."""
+    name = cfg.agent.name
+    if name == "random":
+        from agentrl.agents.baselines import RandomAgent
+
+        return RandomAgent()
+    if name == "planner":
+        from agentrl.agents.baselines import PlannerAgent
+
+        options = {k: v for k, v in cfg.agent.items() if k != "name"}
+        return PlannerAgent(cfg.env.name, **options)
+    if name == "human":
+        from agentrl.agents.baselines import HumanAgent
+
+        return HumanAgent(**kwargs)
+    if name == "llm":
+        from agentrl.agents.llm import build_llm_agent
+
+        return build_llm_agent(cfg, **kwargs)
+    raise UnknownChoiceError("agent", name, AGENTS)
+
+
+__all__ = ["AGENTS", "Agent", "PolicyAgent", "build_agent"]

@@ -1,0 +1,31 @@
+"""Typed exceptions. Library code raises these; only cli.py turns them into a one-line message."""
+
+
+class AgentRLError(Exception):
+    """Base class: a problem the user can fix (bad config, missing package, bad run directory)."""
+
+    exit_code = 2
+
+
+class ConfigError(AgentRLError):
+    """A config key, group option or value is wrong."""
+
+
+class UnknownChoiceError(ConfigError):
+    """A name is not one of the valid choices; the message lists them."""
+
+    def __init__(self, kind: str, value: object, choices: list[str] | tuple[str, ...]):
+        self.kind, self.value, self.choices = kind, value, list(choices)
+        super().__init__(f"unknown {kind} {value!r}; valid choices: {', '.join(map(str, self.choices))}")
+
+
+class ModelLoadError(AgentRLError):
+    """A model or tokenizer cannot be loaded (missing package, no local files, bad path)."""
+
+
+class RunDirError(AgentRLError):
+    """A run directory is missing, incomplete or corrupt (for resume, eval of a checkpoint, report)."""
+
+
+class BackendError(AgentRLError):
+    """A generation backend failed (HTTP endpoint unreachable, vLLM missing)."""
