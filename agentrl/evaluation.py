@@ -1,0 +1,102 @@
+"""Evaluation: play held-out episodes with any agent and write eval.json / episodes.jsonl / transcripts."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from agentrl.envs import TextEnv, make_env
+from agentrl.rollout import Episode, rollout
+from agentrl.runlog import progress, write_json
+
+
+def env_kwargs(env_cfg: DictConfig | dict) -> dict[str, Any]:
+    data = OmegaConf.to_container(env_cfg, resolve=True) if isinstance(env_cfg, DictConfig) else dict(env_cfg)
+    return {k: v for k, v in data.items() if k != "name"}
+
+
+def env_factory(env_cfg: DictConfig | dict) -> Callable[[], TextEnv]:
+    """A zero-argument env constructor; builds one env now so a bad env option fails early."""
+    name, kwargs = env_cfg["name"], env_kwargs(env_cfg)
+    make_env(name, **kwargs).close()
+    return lambda: make_env(name, **kwargs)
+
+
+def eval_seeds(cfg: DictConfig) -> list[int]:
+    """Held-out env seeds: disjoint from training seeds (< seed_offset) and distinct per global seed."""
+    start = int(cfg.eval.seed_offset) + 1000 * int(cfg.seed)
+    return [start + k for k in range(int(cfg.eval.episodes))]
+
+
+def _stderr(values: Sequence[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) / math.sqrt(n)
+
+
+def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """Aggregate metrics over episodes. Env-specific per-episode numbers (e.g. bandit regret, snake
+    apples) arrive in the final info's `episode_metrics` dict and are averaged as `mean_<key>`."""
+    n = len(episodes)
+    returns = [e.episode_return for e in episodes]
+    steps = sum(e.length for e in episodes)
+    metrics: dict[str, Any] = {
+        "episodes": n,
+        "success_rate": sum(e.success for e in episodes) / n if n else 0.0,
+        "mean_return": sum(returns) / n if n else 0.0,
+        "return_stderr": _stderr(returns),
+        "mean_length": steps / n if n else 0.0,
+        "invalid_rate": sum(e.invalid_count for e in episodes) / steps if steps else 0.0,
+    }
+    extra_keys = sorted({k for e in episodes for k in e.final_info.get("episode_metrics", {})})
+    for key in extra_keys:
+        values = [e.final_info["episode_metrics"][key] for e in episodes if key in e.final_info.get("episode_metrics", {})]
+        metrics[f"mean_{key}"] = sum(values) / len(values)
+    return metrics
+
+
+def evaluate(
+    make_env: Callable[[], TextEnv],
+    agent: Any,
+    seeds: Sequence[int],
+    *,
+    lockstep: bool = True,
+    description: str = "eval",
+    agent_seed: int = 0,
+) -> tuple[dict[str, Any], list[Episode]]:
+    """Play one episode per seed with `agent`; return (metrics, episodes)."""
+    with progress(description, total=len(seeds)) as bar:
+        episodes = rollout(make_env, agent, seeds, progress=bar, lockstep=lockstep, agent_seed=agent_seed)
+    return episode_metrics(episodes), episodes
+
+
+def write_eval(
+    run_dir: Path, metrics: dict[str, Any], episodes: Sequence[Episode], *, transcripts: bool = True, **extra: Any
+) -> Path:
+    """Write run_dir/eval.json ({**extra, **metrics}), episodes.jsonl and, when any step carries an
+    LLM generation, transcripts.jsonl (prompt, completion, parsed action, valid flag, reward)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / "episodes.jsonl").open("w", encoding="utf-8") as f:
+        for ep in episodes:
+            f.write(json.dumps(ep.summary()) + "\n")
+    if transcripts and any(s.generation for ep in episodes for s in ep.steps):
+        with (run_dir / "transcripts.jsonl").open("w", encoding="utf-8") as f:
+            for k, ep in enumerate(episodes):
+                for t, s in enumerate(ep.steps):
+                    row = {"episode": k, "seed": ep.seed, "step": t, "action": s.action_name, "valid": s.valid}
+                    row["reward"] = s.reward
+                    if s.generation is not None:
+                        row["prompt"] = s.generation.prompt_text
+                        row["completion"] = s.generation.completion_text
+                    f.write(json.dumps(row) + "\n")
+    path = run_dir / "eval.json"
+    write_json(path, {**extra, **metrics})
+    return path

@@ -1,0 +1,23 @@
+"""Shared test fixtures: keep every run directory inside pytest's tmp_path and progress bars quiet."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("AGENTRL_NO_PROGRESS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ["COLUMNS"] = "220"  # rich tables unwrapped, so tests can find cell text
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A fresh directory for one run (passed as hydra.run.dir=...)."""
+    return tmp_path / "run"
+
+
+@pytest.fixture(autouse=True)
+def _isolate_cwd(tmp_path, monkeypatch):
+    """Runs that forget hydra.run.dir land in tmp_path/outputs, never in the repository."""
+    monkeypatch.chdir(tmp_path)
