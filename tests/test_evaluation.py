@@ -1,0 +1,59 @@
+"""Metric aggregation on hand-made episodes, held-out seeds, and lockstep == sequential rollouts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from agentrl.agents.baselines import RandomAgent
+from agentrl.evaluation import env_factory, episode_metrics, eval_seeds, evaluate, write_eval
+from agentrl.rollout import Episode, Generation, Step, rollout
+
+
+def _step(reward: float, valid: bool = True, gen: Generation | None = None) -> Step:
+    return Step("obs", 0, "left", valid, reward, reward, gen)
+
+
+def test_episode_metrics_known_values():
+    episodes = [
+        Episode(seed=1, steps=[_step(0.0), _step(1.0)], success=True, final_info={"episode_metrics": {"regret": 2.0}}),
+        Episode(seed=2, steps=[_step(0.0, valid=False), _step(0.0), _step(-1.0)], final_info={"episode_metrics": {"regret": 4.0}}),
+    ]
+    m = episode_metrics(episodes)
+    assert m["episodes"] == 2 and m["success_rate"] == 0.5
+    assert m["mean_return"] == 0.0
+    assert m["return_stderr"] == pytest.approx(1.0)  # sample sd sqrt(2) / sqrt(2)
+    assert m["mean_length"] == 2.5 and m["invalid_rate"] == pytest.approx(1 / 5)
+    assert m["mean_regret"] == 3.0
+
+
+def test_eval_seeds_are_held_out_and_per_seed():
+    cfg = OmegaConf.create({"seed": 0, "eval": {"episodes": 3, "seed_offset": 1_000_000}})
+    assert eval_seeds(cfg) == [1_000_000, 1_000_001, 1_000_002]
+    cfg.seed = 2
+    assert eval_seeds(cfg)[0] == 1_002_000
+
+
+def test_lockstep_and_sequential_rollouts_agree():
+    make_env = env_factory({"name": "snake"})
+    seeds = [5, 6, 7, 8]
+    a = rollout(make_env, RandomAgent(), seeds, lockstep=True)
+    b = rollout(make_env, RandomAgent(), seeds, lockstep=False)
+    assert [e.summary() for e in a] == [e.summary() for e in b]
+    assert all(e.terminated or e.truncated for e in a)
+
+
+def test_evaluate_and_write_eval(tmp_path):
+    make_env = env_factory({"name": "frozenlake"})
+    metrics, episodes = evaluate(make_env, RandomAgent(), [1, 2, 3])
+    gen = Generation("PROMPT", "<action>left</action>", [1, 2], [3], [-0.1])
+    episodes[0].steps[0].generation = gen
+    write_eval(tmp_path, metrics, episodes, env="frozenlake", agent="random")
+    data = json.loads((tmp_path / "eval.json").read_text())
+    assert data["env"] == "frozenlake" and data["episodes"] == 3
+    assert len((tmp_path / "episodes.jsonl").read_text().splitlines()) == 3
+    rows = [json.loads(x) for x in (tmp_path / "transcripts.jsonl").read_text().splitlines()]
+    assert rows[0]["prompt"] == "PROMPT" and rows[0]["completion"] == "<action>left</action>"
+    assert len(rows) == sum(e.length for e in episodes)
