@@ -25,7 +25,7 @@ TEXT_CHARSET = frozenset(chr(c) for c in range(32, 127)) | {"\n"}
 class TextEnv(gym.Env):
     """Base class. Subclasses set `action_names`, implement `_reset`, `_step`, `render_text`, `state`."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
     #: registry name, e.g. "frozenlake"
     name: ClassVar[str] = "base"
     #: the action shown to the model and parsed back, e.g. ["left", "down", "right", "up"]

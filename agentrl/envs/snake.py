@@ -1,0 +1,427 @@
+"""Snake as a text game (ALGORITHMS.md §1 "Environments used"), with optional poison apples.
+
+Rules (the seed paper's Snake, with the choices it leaves open made explicit):
+
+- An n x n board (10 by default); rows count from the top, columns from the left; "up" is row - 1.
+- Both snakes move at the same time each step. Eating an apple gives +1 and the snake grows by one
+  (its tail stays put that step). Eaten apples respawn at once on random free cells.
+- Every step the agent survives costs `step_penalty` (0.01), also on steps where it eats.
+- The agent dies (reward exactly -1, episode terminates, the board freezes) when its head leaves the
+  board ("wall"), enters its own body ("self"), enters the opponent's body ("opponent") or meets the
+  opponent's head on the same cell or by swapping cells ("head_on"). Bodies are checked after both
+  snakes moved, so a tail that moves away frees its cell. Moving opposite to the current heading runs
+  into the snake's own neck: death when the snake has a body (length > 1), a plain move otherwise.
+- The opponent (`opponent=True`, as in the seed) moves uniformly at random among the moves that do
+  not die immediately given the current board (any non-reversing move if none is safe). It eats
+  apples and grows too. If it dies, it respawns at once at a random free place, away from the agent's
+  head, at the start length (removed only if no room is left), so the board always keeps one.
+- Poison apples (`poison_apples` > 0, symbol X) give `poison_reward` (-1) and do not make the snake
+  grow; they respawn like apples. Nothing else changes, which is the point of the variant: only the
+  instructions tell the agent that X is bad.
+- `success` (read at the episode's end): the agent is alive and ate at least one apple.
+
+All randomness (placement, respawns, opponent moves) comes from `self.np_random`, so a seed fixes the
+whole episode given the agent's actions. `reset(options=...)` can place things by hand (tests,
+scripted scenarios): keys "snake" (cells, head first), "direction", "opponent" (cells or None),
+"opponent_direction", "apples", "poison" (lists of [row, col]); missing keys are drawn at random.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from agentrl.envs.base import TextEnv
+from agentrl.errors import ConfigError
+
+Cell = tuple[int, int]
+
+#: heading name -> (row delta, col delta); "up" decreases the row (row 0 is the top).
+DIRECTIONS: dict[str, Cell] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
+
+DEATH_TEXT = {
+    "wall": "it hit the wall",
+    "self": "it ran into its own body",
+    "opponent": "it ran into the enemy snake's body",
+    "head_on": "it collided head-on with the enemy snake",
+}
+
+
+@dataclass
+class SnakeBody:
+    """One snake: its cells head first, and the direction of its last move."""
+
+    cells: list[Cell]
+    direction: str
+
+    @property
+    def head(self) -> Cell:
+        return self.cells[0]
+
+
+def _step_cell(cell: Cell, direction: str) -> Cell:
+    dr, dc = DIRECTIONS[direction]
+    return cell[0] + dr, cell[1] + dc
+
+
+def _heading(cells: list[Cell]) -> str | None:
+    """Direction from the neck to the head, or None for a one-cell snake."""
+    if len(cells) < 2:
+        return None
+    delta = (cells[0][0] - cells[1][0], cells[0][1] - cells[1][1])
+    return next((name for name, d in DIRECTIONS.items() if d == delta), None)
+
+
+class SnakeEnv(TextEnv):
+    """Eat apples, avoid walls and bodies; an optional random opponent snake shares the board."""
+
+    name = "snake"
+    action_names = ["up", "down", "left", "right"]
+
+    def __init__(
+        self,
+        size: int = 10,
+        apples: int = 1,
+        opponent: bool = True,
+        max_steps: int = 100,
+        step_penalty: float = 0.01,
+        poison_apples: int = 0,
+        poison_reward: float = -1.0,
+        start_length: int = 1,
+        render_mode: str | None = None,
+    ):
+        if int(size) < 4:
+            raise ConfigError(f"snake size must be >= 4, got {size}")
+        if int(apples) < 0 or int(poison_apples) < 0:
+            raise ConfigError(f"snake apples and poison_apples must be >= 0, got {apples}, {poison_apples}")
+        if not 1 <= int(start_length) <= int(size) // 2:
+            raise ConfigError(
+                f"snake start_length must be in 1..size/2 = {int(size) // 2}, got {start_length}"
+            )
+        if int(max_steps) < 1:
+            raise ConfigError(f"snake max_steps must be >= 1, got {max_steps}")
+        super().__init__(render_mode=render_mode)
+        self.size = int(size)
+        self.n_apples = int(apples)
+        self.opponent_enabled = bool(opponent)
+        self.max_steps = int(max_steps)
+        self.step_penalty = float(step_penalty)
+        self.n_poison = int(poison_apples)
+        self.poison_reward = float(poison_reward)
+        self.start_length = int(start_length)
+        self.apple_reward = 1.0
+        self.death_reward = -1.0
+        self.steps_taken = 0
+        self.snake = SnakeBody([(self.size // 2, self.size // 2)], "up")
+        self.opponent: SnakeBody | None = None
+        self.apples: list[Cell] = []
+        self.poison: list[Cell] = []
+        self.score = 0
+        self.poison_eaten = 0
+        self.death: str | None = None
+
+    # ---- placement -------------------------------------------------------------------------
+    def _in_bounds(self, cell: Cell) -> bool:
+        return 0 <= cell[0] < self.size and 0 <= cell[1] < self.size
+
+    def _occupied(self) -> set[Cell]:
+        cells = set(self.snake.cells) | set(self.apples) | set(self.poison)
+        if self.opponent is not None:
+            cells |= set(self.opponent.cells)
+        return cells
+
+    def _random_snake(self, occupied: set[Cell], away_from: Cell | None) -> SnakeBody | None:
+        """A straight snake of `start_length` on free cells, heading away from its body; with
+        `away_from`, its head at Manhattan distance >= 3 from that cell where possible."""
+        options: list[tuple[list[Cell], str]] = []
+        for r in range(self.size):
+            for c in range(self.size):
+                for direction, (dr, dc) in DIRECTIONS.items():
+                    cells = [(r - k * dr, c - k * dc) for k in range(self.start_length)]
+                    if all(self._in_bounds(x) and x not in occupied for x in cells):
+                        options.append((cells, direction))
+        if away_from is not None:
+            far = [o for o in options if abs(o[0][0][0] - away_from[0]) + abs(o[0][0][1] - away_from[1]) >= 3]
+            options = far or options
+        if not options:
+            return None
+        cells, direction = options[int(self.np_random.integers(len(options)))]
+        return SnakeBody(cells, direction)
+
+    def _fill(self, items: list[Cell], count: int) -> None:
+        """Top `items` (apples or poison) up to `count` on random free cells."""
+        while len(items) < count:
+            occupied = self._occupied()
+            free = [(r, c) for r in range(self.size) for c in range(self.size) if (r, c) not in occupied]
+            if not free:
+                return
+            items.append(free[int(self.np_random.integers(len(free)))])
+
+    def _given_cells(self, value: Any, key: str) -> list[Cell]:
+        cells = [(int(r), int(c)) for r, c in value]
+        if not all(self._in_bounds(x) for x in cells):
+            raise ConfigError(
+                f"snake reset option {key!r} has cells outside the {self.size}x{self.size} board"
+            )
+        return cells
+
+    # ---- episode dynamics ------------------------------------------------------------------
+    def _reset(self, options: dict) -> None:
+        self.score, self.poison_eaten, self.death = 0, 0, None
+        # Hand-placed items first, so randomly placed snakes avoid them.
+        self.apples = self._given_cells(options["apples"], "apples") if "apples" in options else []
+        self.poison = self._given_cells(options["poison"], "poison") if "poison" in options else []
+        self.opponent = None
+        if "snake" in options:
+            cells = self._given_cells(options["snake"], "snake")
+            self.snake = SnakeBody(cells, options.get("direction") or _heading(cells) or "up")
+        else:
+            snake = self._random_snake(set(self.apples) | set(self.poison), None)
+            if snake is None:
+                raise ConfigError("snake: no room to place the snake")
+            self.snake = snake
+        if "opponent" in options:
+            if options["opponent"] is not None:
+                cells = self._given_cells(options["opponent"], "opponent")
+                self.opponent = SnakeBody(cells, options.get("opponent_direction") or _heading(cells) or "up")
+        elif self.opponent_enabled:
+            self.opponent = self._random_snake(self._occupied(), self.snake.head)
+        self._fill(self.apples, self.n_apples)
+        self._fill(self.poison, self.n_poison)
+
+    def _opponent_direction(self) -> str:
+        """Uniformly random among moves that do not die on the current board, else any non-reversal."""
+        assert self.opponent is not None
+        neck = self.opponent.cells[1] if len(self.opponent.cells) > 1 else None
+        moves = [d for d in self.action_names if _step_cell(self.opponent.head, d) != neck]
+        blocked = set(self.snake.cells) | set(self.opponent.cells)
+        safe = [
+            d for d in moves if self._in_bounds(c := _step_cell(self.opponent.head, d)) and c not in blocked
+        ]
+        pool = safe or moves
+        return pool[int(self.np_random.integers(len(pool)))]
+
+    def _step(self, index: int) -> tuple[float, bool, bool, dict[str, Any]]:
+        if self.death is not None:  # stepping after death: nothing moves
+            return 0.0, True, False, {"event": "dead"}
+        direction = self.action_names[index]
+        agent, opp = self.snake, self.opponent
+        opp_direction = self._opponent_direction() if opp is not None else None
+
+        # Both snakes move at once; a snake that eats an apple keeps its tail (grows by one).
+        head = _step_cell(agent.head, direction)
+        agent_cells = [head] + (agent.cells if head in self.apples else agent.cells[:-1])
+        opp_head: Cell | None = None
+        opp_cells: list[Cell] = []
+        if opp is not None and opp_direction is not None:
+            opp_head = _step_cell(opp.head, opp_direction)
+            opp_cells = [opp_head] + (opp.cells if opp_head in self.apples else opp.cells[:-1])
+
+        death = None
+        if not self._in_bounds(head):
+            death = "wall"
+        elif (len(agent.cells) > 1 and head == agent.cells[1]) or head in agent_cells[1:]:
+            death = "self"  # includes reversing into the neck
+        elif opp is not None and (head == opp_head or (head == opp.head and opp_head == agent.head)):
+            death = "head_on"
+        elif head in opp_cells[1:]:
+            death = "opponent"
+        if death is not None:
+            self.death = death
+            return self.death_reward, True, False, {"event": death}
+
+        reward = -self.step_penalty
+        event = "move"
+        self.snake = SnakeBody(agent_cells, direction)
+        if head in self.apples:
+            self.apples.remove(head)
+            self.score += 1
+            reward += self.apple_reward
+            event = "apple"
+        elif head in self.poison:
+            self.poison.remove(head)
+            self.poison_eaten += 1
+            reward += self.poison_reward
+            event = "poison"
+
+        opponent_event = None
+        if opp is not None and opp_head is not None and opp_direction is not None:
+            opp_dies = (
+                not self._in_bounds(opp_head)
+                or opp_head in opp_cells[1:]
+                or (len(opp.cells) > 1 and opp_head == opp.cells[1])
+                or opp_head in agent_cells
+            )
+            if opp_dies:
+                opponent_event = "died"
+                self.opponent = None
+                self.opponent = self._random_snake(self._occupied(), self.snake.head)
+            else:
+                self.opponent = SnakeBody(opp_cells, opp_direction)
+                if opp_head in self.apples:
+                    self.apples.remove(opp_head)
+                    opponent_event = "apple"
+                elif opp_head in self.poison:
+                    self.poison.remove(opp_head)
+                    opponent_event = "poison"
+        self._fill(self.apples, self.n_apples)
+        self._fill(self.poison, self.n_poison)
+        return reward, False, self.score >= 1, {"event": event, "opponent_event": opponent_event}
+
+    # ---- text interface --------------------------------------------------------------------
+    @property
+    def instructions(self) -> str:
+        n = self.size
+        lines = [
+            f"You control a snake on a {n}x{n} board. Rows are numbered 0 to {n - 1} from the top, "
+            f"columns 0 to {n - 1} from the left.",
+            "Each move your snake's head goes one cell up (row - 1), down (row + 1), left (col - 1) or "
+            "right (col + 1), and its body follows.",
+            "Symbols: 1 is your snake's head, 2 is the enemy snake's head, T is a body segment (yours or "
+            "the enemy's), A is an apple, "
+            + ("X is a poison apple, " if self.n_poison else "")
+            + "_ is an empty cell.",
+            f"Eating an apple (A) gives +{self.apple_reward:g} and your snake grows by one segment.",
+        ]
+        if self.n_poison:
+            lines.append(
+                f"Eating a poison apple (X) gives {self.poison_reward:+g} and your snake does not grow: "
+                "avoid poison apples."
+            )
+        lines += [
+            f"Each move costs {self.step_penalty:g}.",
+            f"Your snake dies (reward {self.death_reward:g}, the game ends) if its head hits a wall, any "
+            "body segment (yours or the enemy's) or the enemy's head. Moving back the way you came runs "
+            "into your own body once you have one.",
+        ]
+        if self.opponent_enabled:
+            lines.append("An enemy snake (2) moves at random on the same board and can eat apples too.")
+        lines += [
+            f"The game ends after at most {self.max_steps} moves.",
+            f"Valid actions: {', '.join(self.action_names)}.",
+        ]
+        return "\n".join(lines)
+
+    @staticmethod
+    def _cells_text(cells: list[Cell]) -> str:
+        return ", ".join(f"(row {r}, col {c})" for r, c in cells) if cells else "none"
+
+    def render_text(self) -> str:
+        grid = [["_"] * self.size for _ in range(self.size)]
+        for r, c in self.apples:
+            grid[r][c] = "A"
+        for r, c in self.poison:
+            grid[r][c] = "X"
+        snakes = [(self.snake, "1")] + ([(self.opponent, "2")] if self.opponent is not None else [])
+        for snake, _mark in snakes:
+            for r, c in snake.cells[1:]:
+                grid[r][c] = "T"
+        for snake, mark in snakes:
+            r, c = snake.head
+            grid[r][c] = mark
+        lines = [
+            f"Your snake (1): head at {self._cells_text([self.snake.head])}; "
+            f"body: {self._cells_text(self.snake.cells[1:])}.",
+        ]
+        if self.opponent is not None:
+            lines.append(
+                f"Enemy snake (2): head at {self._cells_text([self.opponent.head])}; "
+                f"body: {self._cells_text(self.opponent.cells[1:])}."
+            )
+        elif self.opponent_enabled:
+            lines.append("Enemy snake: none.")
+        lines.append(f"Apples (A): {self._cells_text(self.apples)}.")
+        if self.n_poison or self.poison:
+            lines.append(f"Poison apples (X): {self._cells_text(self.poison)}.")
+        lines.append("Board:")
+        lines += [" ".join(row) for row in grid]
+        if self.death is not None:
+            lines.append(f"Your snake died: {DEATH_TEXT[self.death]}.")
+        return "\n".join(lines)
+
+    def state(self) -> dict[str, Any]:
+        opp = self.opponent
+        return {
+            "head": list(self.snake.head),
+            "body": [list(x) for x in self.snake.cells[1:]],
+            "direction": self.snake.direction,
+            "opponent": None
+            if opp is None
+            else {
+                "head": list(opp.head),
+                "body": [list(x) for x in opp.cells[1:]],
+                "direction": opp.direction,
+            },
+            "apples": [list(x) for x in self.apples],
+            "poison": [list(x) for x in self.poison],
+            "size": self.size,
+            "score": self.score,
+            "poison_eaten": self.poison_eaten,
+            "alive": self.death is None,
+            "steps_left": self.max_steps - self.steps_taken,
+        }
+
+    def default_action(self) -> int:
+        return self.action_index("up")  # the seed paper's default for an unparseable answer
+
+    # ---- numeric view for DQN --------------------------------------------------------------
+    #: planes of `numeric_observation`, in order
+    PLANES = ("own_head", "own_body", "opponent_head", "opponent_body", "apples", "poison")
+
+    def numeric_space(self) -> gym.spaces.Box:
+        return gym.spaces.Box(0.0, 1.0, shape=(len(self.PLANES) * self.size * self.size,), dtype=np.float32)
+
+    def numeric_observation(self) -> np.ndarray:
+        """Binary planes `PLANES` (the poison plane is all zero without poison), flattened row-major."""
+        planes = np.zeros((len(self.PLANES), self.size, self.size), dtype=np.float32)
+        planes[0][self.snake.head] = 1.0
+        for cell in self.snake.cells[1:]:
+            planes[1][cell] = 1.0
+        if self.opponent is not None:
+            planes[2][self.opponent.head] = 1.0
+            for cell in self.opponent.cells[1:]:
+                planes[3][cell] = 1.0
+        for cell in self.apples:
+            planes[4][cell] = 1.0
+        for cell in self.poison:
+            planes[5][cell] = 1.0
+        return planes.reshape(-1)
+
+    #: features of `compact_observation`, in order (4 values each, in `action_names` order, then length)
+    COMPACT_FEATURES = ("death_next", "next_to_opponent_head", "poison_next", "apple_direction", "heading")
+
+    def compact_space(self) -> gym.spaces.Box:
+        return gym.spaces.Box(0.0, 1.0, shape=(4 * len(self.COMPACT_FEATURES) + 1,), dtype=np.float32)
+
+    def compact_observation(self) -> np.ndarray:
+        """A small hand-made feature vector (the classic DQN-snake state), an alternative to the planes.
+
+        Per direction (up, down, left, right): the move dies now (wall, body, neck), the cell touches
+        the opponent's head, the cell holds poison, the nearest apple lies that way, the current
+        heading; then the snake's length / board cells.
+        """
+        head = self.snake.head
+        blocked = set(self.snake.cells[1:-1]) | (
+            {self.snake.cells[1]} if len(self.snake.cells) > 1 else set()
+        )
+        near: set[Cell] = set()
+        if self.opponent is not None:
+            blocked |= set(self.opponent.cells)
+            near = {_step_cell(self.opponent.head, d) for d in self.action_names}
+        apple = min(self.apples, key=lambda a: abs(a[0] - head[0]) + abs(a[1] - head[1]), default=None)
+        features: list[float] = []
+        cells = [_step_cell(head, d) for d in self.action_names]
+        features += [float(not self._in_bounds(c) or c in blocked) for c in cells]
+        features += [float(c in near) for c in cells]
+        features += [float(c in self.poison) for c in cells]
+        if apple is None:
+            features += [0.0] * 4
+        else:
+            dr, dc = apple[0] - head[0], apple[1] - head[1]
+            features += [float(dr < 0), float(dr > 0), float(dc < 0), float(dc > 0)]
+        features += [float(self.snake.direction == d) for d in self.action_names]
+        features.append(len(self.snake.cells) / self.size**2)
+        return np.asarray(features, dtype=np.float32)

@@ -1,0 +1,199 @@
+"""Frozen Lake rules, rendering, seeding and gymnasium compatibility (agentrl/envs/frozenlake.py)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.envs.toy_text.frozen_lake import MAPS
+from gymnasium.utils.env_checker import check_env
+from omegaconf import OmegaConf
+
+from agentrl.envs import make_env
+from agentrl.envs.frozenlake import FrozenLakeEnv, transition_model
+from agentrl.errors import ConfigError
+
+CONF = Path(__file__).resolve().parents[1] / "agentrl" / "conf" / "env"
+# Shortest path on gymnasium's standard 4x4 map ("SFFF", "FHFH", "FFFH", "HFFG").
+SOLUTION_4X4 = ["down", "down", "right", "right", "down", "right"]
+
+
+def play(env: FrozenLakeEnv, actions: list[Any]) -> list[tuple]:
+    return [env.step(a) for a in actions]
+
+
+def test_fixed_map_rendering_and_state():
+    env = make_env("frozenlake")
+    obs, info = env.reset(seed=0)
+    assert obs == (
+        "P _ _ _\n_ O _ O\n_ _ _ O\nO _ _ G\nYou are at (row 0, col 0). The goal is at (row 3, col 3)."
+    )
+    state = info["state"]
+    assert (state["row"], state["col"], state["goal"], state["size"]) == (0, 0, [3, 3], 4)
+    assert state["holes"] == [[1, 1], [1, 3], [2, 3], [3, 0]]
+    assert state["map"] == MAPS["4x4"] and state["slippery"] is False
+    assert info["valid_actions"] == ["left", "down", "right", "up"] and info["success"] is False
+    assert env.action_names[env.default_action()] == "left"
+
+
+def test_instructions_name_rules_symbols_reward_cap_and_actions():
+    text = make_env("frozenlake").instructions
+    for needle in [
+        "P is you",
+        "O is a hole",
+        "G is the goal",
+        "_ is safe ice",
+        "Reward: 1",
+        "at most 8 moves",
+    ]:
+        assert needle in text
+    assert "left, down, right, up" in text
+    assert "slippery" in make_env("frozenlake", slippery=True).instructions.lower()
+
+
+def test_hole_terminates_with_zero():
+    env = make_env("frozenlake")
+    env.reset(seed=0)
+    (_, r1, t1, _, _), (obs, r2, t2, tr2, info) = play(env, ["down", "right"])  # (1, 1) is a hole
+    assert (r1, t1) == (0.0, False)
+    assert (r2, t2, tr2) == (0.0, True, False)
+    assert info["success"] is False and info["event"] == "hole"
+    assert "fell into a hole" in obs and (info["state"]["row"], info["state"]["col"]) == (1, 1)
+
+
+def test_goal_gives_one_and_success():
+    env = make_env("frozenlake")
+    env.reset(seed=0)
+    results = play(env, SOLUTION_4X4)
+    assert [r for _, r, *_ in results] == [0.0] * 5 + [1.0]
+    assert [t for _, _, t, *_ in results] == [False] * 5 + [True]
+    obs, _, _, truncated, info = results[-1]
+    assert info["success"] is True and truncated is False and "reached the goal" in obs
+
+
+def test_move_cap_truncates_at_eight():
+    env = make_env("frozenlake")
+    env.reset(seed=0)
+    results = play(env, ["left"] * 8)  # bumping into the edge: stays at the start
+    assert [tr for *_, tr, _ in results] == [False] * 7 + [True]
+    assert not any(t for _, _, t, _, _ in results)
+    assert results[-1][4]["success"] is False and results[-1][4]["state"]["steps_left"] == 0
+    env3 = make_env("frozenlake", max_steps=3)
+    env3.reset(seed=0)
+    assert [tr for *_, tr, _ in play(env3, ["left"] * 3)] == [False, False, True]
+
+
+def test_step_accepts_index_or_name():
+    env = make_env("frozenlake")
+    env.reset(seed=0)
+    assert env.step(1)[4]["state"]["row"] == 1  # index 1 = down
+    assert env.step("Down")[4]["state"]["row"] == 2
+    with pytest.raises(ValueError):
+        env.step("jump")
+
+
+def test_random_maps_differ_by_seed_and_are_reproducible():
+    env = make_env("frozenlake", map="random")
+    maps = {seed: tuple(env.reset(seed=seed)[1]["state"]["map"]) for seed in range(10)}
+    assert len(set(maps.values())) >= 5
+    other = make_env("frozenlake", map="random")
+    assert all(tuple(other.reset(seed=s)[1]["state"]["map"]) == m for s, m in maps.items())
+    for rows in maps.values():  # gymnasium's generator: start top-left, goal bottom-right
+        assert rows[0][0] == "S" and rows[-1][-1] == "G" and len(rows) == 4
+    big = make_env("frozenlake", map="random", size=6)
+    assert len(big.reset(seed=0)[1]["state"]["map"]) == 6
+    # The fixed map ignores the seed.
+    fixed = make_env("frozenlake")
+    assert fixed.reset(seed=1)[1]["state"]["map"] == fixed.reset(seed=2)[1]["state"]["map"] == MAPS["4x4"]
+
+
+def test_same_seed_same_episode_slippery():
+    def episode(seed: int) -> list[tuple]:
+        env = make_env("frozenlake", slippery=True, max_steps=30)
+        env.reset(seed=seed)
+        out = []
+        for action in ["right", "down"] * 15:
+            obs, r, t, tr, info = env.step(action)
+            out.append((obs, r, t, tr))
+            if t or tr:
+                break
+        return out
+
+    assert episode(3) == episode(3)
+    assert len({str(episode(s)) for s in range(10)}) > 1
+
+
+def test_slippery_differs_and_follows_gymnasium_dynamics():
+    outcomes = []
+    for seed in range(300):
+        env = make_env("frozenlake", slippery=True)
+        env.reset(seed=seed)
+        info = env.step("right")[4]
+        outcomes.append((info["state"]["row"], info["state"]["col"]))
+    counts = {cell: outcomes.count(cell) for cell in set(outcomes)}
+    # right slips to up (stays at (0, 0)) or down ((1, 0)), each with probability 1/3.
+    assert set(counts) == {(0, 1), (0, 0), (1, 0)}
+    assert all(70 < c < 130 for c in counts.values())
+    deterministic = make_env("frozenlake")
+    for seed in range(20):
+        deterministic.reset(seed=seed)
+        info = deterministic.step("right")[4]
+        assert (info["state"]["row"], info["state"]["col"]) == (0, 1)
+    # The model planners use is gymnasium's own table.
+    table = transition_model(MAPS["4x4"], True)[0][2]
+    assert [(nxt, r, done) for _, nxt, r, done in table] == [
+        (4, 0.0, False),
+        (1, 0.0, False),
+        (0, 0.0, False),
+    ]
+    assert [p for p, *_ in table] == pytest.approx([1 / 3] * 3)
+
+
+def test_numeric_observation_one_hot_planes():
+    env = make_env("frozenlake")
+    env.reset(seed=0)
+    env.step("down")
+    obs = env.numeric_observation()
+    assert obs.dtype == np.float32 and obs.shape == (48,) and env.numeric_space().contains(obs)
+    planes = obs.reshape(3, 4, 4)
+    assert planes[0].sum() == 1 and planes[0, 1, 0] == 1
+    assert {tuple(x) for x in np.argwhere(planes[1] == 1).tolist()} == {(1, 1), (1, 3), (2, 3), (3, 0)}
+    assert planes[2, 3, 3] == 1 and planes[2].sum() == 1
+    assert make_env("frozenlake", map="8x8").numeric_space().shape == (192,)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"map": "random"}, {"slippery": True}, {"map": "8x8"}, {"map": "random", "size": 5}]
+)
+def test_check_env_passes(kwargs):
+    check_env(make_env("frozenlake", **kwargs), skip_render_check=True)
+
+
+def test_gymnasium_make_and_render_modes():
+    env = gym.make("agentrl/FrozenLake-v0")
+    check_env(env.unwrapped)  # with a spec: also checks the declared render modes
+    obs, _ = env.reset(seed=0)
+    assert obs.startswith("P _ _ _")
+    obs, reward, terminated, truncated, _ = env.step(1)
+    assert isinstance(obs, str) and reward == 0.0 and not terminated and not truncated
+
+
+def test_bad_arguments_raise_config_errors():
+    with pytest.raises(ConfigError, match="random"):
+        make_env("frozenlake", map="5x5")
+    with pytest.raises(ConfigError):
+        make_env("frozenlake", max_steps=0)
+    with pytest.raises(ConfigError):
+        make_env("frozenlake", map="random", p=0.0)
+
+
+def test_config_keys_match_constructor_defaults():
+    cfg = OmegaConf.to_container(OmegaConf.load(CONF / "frozenlake.yaml"))
+    assert cfg.pop("name") == "frozenlake"
+    params = inspect.signature(FrozenLakeEnv.__init__).parameters
+    assert set(cfg) == set(params) - {"self", "render_mode"}
+    assert all(params[k].default == v for k, v in cfg.items())
