@@ -26,7 +26,9 @@ app = typer.Typer(
 
 Overrides = Annotated[
     list[str] | None,
-    typer.Argument(help="Hydra overrides: env=snake agent=planner eval.episodes=50 seed=3 ...", show_default=False),
+    typer.Argument(
+        help="Hydra overrides: env=snake agent=planner eval.episodes=50 seed=3 ...", show_default=False
+    ),
 ]
 
 
@@ -59,7 +61,11 @@ def envs() -> None:
     for name, spec in ENV_SPECS.items():
         try:
             env = make_env(name)
-            actions = ", ".join(env.action_names) if len(env.action_names) <= 9 else f"{len(env.action_names)} actions"
+            actions = (
+                ", ".join(env.action_names)
+                if len(env.action_names) <= 9
+                else f"{len(env.action_names)} actions"
+            )
         except Exception as exc:  # an env that cannot be built is shown, not fatal
             actions = f"[red]unavailable: {exc}[/red]"
         variant = ", ".join(f"{k}={v}" for k, v in spec.defaults.items()) or "-"
@@ -83,7 +89,8 @@ def eval_(overrides: Overrides = None) -> None:
 def train(
     overrides: Overrides = None,
     resume: Annotated[
-        Path | None, typer.Option("--resume", help="Continue a killed run from its newest complete checkpoint")
+        Path | None,
+        typer.Option("--resume", help="Continue a killed run from its newest complete checkpoint"),
     ] = None,
 ) -> None:
     """Post-train an agent (algo=msgrpo by default; algo=dqn for the DQN baseline). Writes metrics.jsonl,
@@ -124,7 +131,9 @@ def report(
 @_errors_to_exit
 def sweep(
     overrides: Overrides = None,
-    task: Annotated[str, typer.Option(help="eval or train for every job (default: train when algo= is given)")] = "",
+    task: Annotated[
+        str, typer.Option(help="eval or train for every job (default: train when algo= is given)")
+    ] = "",
 ) -> None:
     """Hydra multirun over comma-separated values, e.g. env=frozenlake,snake agent=random,planner.
     Add hydra/launcher=joblib for parallel local jobs, hydra/launcher=slurm for a SLURM cluster."""
@@ -149,8 +158,10 @@ def _print_sweep_summary(sweep_dir: Path) -> None:
     table = Table(title=f"sweep {sweep_dir}")
     for col in ("job", "env", "agent", "seed", "success", "return ± stderr", "length", "invalid"):
         table.add_column(col)
-    jobs = sorted((p for p in sweep_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()),
-                  key=lambda p: int(p.name.split("_", 1)[0]) if p.name.split("_", 1)[0].isdigit() else 0)
+    jobs = sorted(
+        (p for p in sweep_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()),
+        key=lambda p: int(p.name.split("_", 1)[0]) if p.name.split("_", 1)[0].isdigit() else 0,
+    )
     for job in jobs:
         try:
             m = json.loads((job / "eval.json").read_text())
@@ -158,8 +169,14 @@ def _print_sweep_summary(sweep_dir: Path) -> None:
             table.add_row(job.name, "[red]no eval.json[/red]", "", "", "", "", "", "")
             continue
         table.add_row(
-            job.name, str(m.get("env")), str(m.get("agent")), str(m.get("seed")), f"{m['success_rate']:.2f}",
-            f"{m['mean_return']:.3f} ± {m['return_stderr']:.3f}", f"{m['mean_length']:.1f}", f"{m['invalid_rate']:.2f}",
+            job.name,
+            str(m.get("env")),
+            str(m.get("agent")),
+            str(m.get("seed")),
+            f"{m['success_rate']:.2f}",
+            f"{m['mean_return']:.3f} ± {m['return_stderr']:.3f}",
+            f"{m['mean_length']:.1f}",
+            f"{m['invalid_rate']:.2f}",
         )
     console.print(table)
     console.print(f"[bold]sweep directory:[/bold] {sweep_dir}")
@@ -182,14 +199,18 @@ def play(overrides: Overrides = None) -> None:
     episode = rollout(make_env, HumanAgent(console=console), [int(cfg.seed)])[0]
     console.print(episode.steps[-1].observation if not episode.final_info else "")
     outcome = "success" if episode.success else "no success"
-    console.print(f"[bold]Episode over:[/bold] return {episode.episode_return:.2f} in {episode.length} moves ({outcome})")
+    console.print(
+        f"[bold]Episode over:[/bold] return {episode.episode_return:.2f} in {episode.length} moves ({outcome})"
+    )
 
 
 @app.command()
 @_errors_to_exit
 def config(
     overrides: Overrides = None,
-    show_prompt: Annotated[bool, typer.Option("--show-prompt", help="Print the exact first prompt an LLM agent sees")] = False,
+    show_prompt: Annotated[
+        bool, typer.Option("--show-prompt", help="Print the exact first prompt an LLM agent sees")
+    ] = False,
 ) -> None:
     """Print the composed config for the given overrides (and optionally the LLM prompt)."""
     from omegaconf import OmegaConf

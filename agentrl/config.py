@@ -47,7 +47,9 @@ def _check_groups(overrides: list[str]) -> None:
     for override in parsed:
         key = override.get_key_element().lstrip("+~")
         if key in CONFIG_GROUPS and not override.is_delete():
-            values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+            values = (
+                list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+            )
             for value in values:
                 if value is None or str(value) == "null":
                     continue
@@ -57,7 +59,9 @@ def _check_groups(overrides: list[str]) -> None:
 
 def _one_line(exc: Exception, overrides: list[str]) -> str:
     text = str(exc)
-    match = re.search(r"Could not override '([^']+)'", text) or re.search(r"Key '([^']+)' is not in struct", text)
+    match = re.search(r"Could not override '([^']+)'", text) or re.search(
+        r"Key '([^']+)' is not in struct", text
+    )
     if match:
         key = match.group(1)
         parent, _, leaf = key.rpartition(".")

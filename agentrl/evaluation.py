@@ -57,7 +57,11 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
     }
     extra_keys = sorted({k for e in episodes for k in e.final_info.get("episode_metrics", {})})
     for key in extra_keys:
-        values = [e.final_info["episode_metrics"][key] for e in episodes if key in e.final_info.get("episode_metrics", {})]
+        values = [
+            e.final_info["episode_metrics"][key]
+            for e in episodes
+            if key in e.final_info.get("episode_metrics", {})
+        ]
         metrics[f"mean_{key}"] = sum(values) / len(values)
     return metrics
 
@@ -78,7 +82,12 @@ def evaluate(
 
 
 def write_eval(
-    run_dir: Path, metrics: dict[str, Any], episodes: Sequence[Episode], *, transcripts: bool = True, **extra: Any
+    run_dir: Path,
+    metrics: dict[str, Any],
+    episodes: Sequence[Episode],
+    *,
+    transcripts: bool = True,
+    **extra: Any,
 ) -> Path:
     """Write run_dir/eval.json ({**extra, **metrics}), episodes.jsonl and, when any step carries an
     LLM generation, transcripts.jsonl (prompt, completion, parsed action, valid flag, reward)."""
@@ -91,7 +100,13 @@ def write_eval(
         with (run_dir / "transcripts.jsonl").open("w", encoding="utf-8") as f:
             for k, ep in enumerate(episodes):
                 for t, s in enumerate(ep.steps):
-                    row = {"episode": k, "seed": ep.seed, "step": t, "action": s.action_name, "valid": s.valid}
+                    row = {
+                        "episode": k,
+                        "seed": ep.seed,
+                        "step": t,
+                        "action": s.action_name,
+                        "valid": s.valid,
+                    }
                     row["reward"] = s.reward
                     if s.generation is not None:
                         row["prompt"] = s.generation.prompt_text

@@ -123,8 +123,12 @@ class RolloutStats:
 
     def line(self, elapsed: float) -> str:
         rate = self.successes / self.episodes if self.episodes else 0.0
-        tok = f" tok/s {self.completion_tokens / elapsed:.0f}" if self.completion_tokens and elapsed > 0 else ""
-        return f"episodes {self.episodes} success {rate:.2f} steps/s {self.steps / max(elapsed, 1e-9):.1f}{tok}"
+        tok = (
+            f" tok/s {self.completion_tokens / elapsed:.0f}" if self.completion_tokens and elapsed > 0 else ""
+        )
+        return (
+            f"episodes {self.episodes} success {rate:.2f} steps/s {self.steps / max(elapsed, 1e-9):.1f}{tok}"
+        )
 
 
 def rollout(

@@ -49,7 +49,9 @@ def check_job(overrides: list[str]) -> DictConfig:
         if cfg.get("algo") is None:
             raise ConfigError(f"train needs algo=<name>; valid choices: {', '.join(sorted(TRAINERS))}")
         if cfg.algo.name not in TRAINERS:
-            raise ConfigError(f"no trainer for algo {cfg.algo.name!r}; valid choices: {', '.join(sorted(TRAINERS))}")
+            raise ConfigError(
+                f"no trainer for algo {cfg.algo.name!r}; valid choices: {', '.join(sorted(TRAINERS))}"
+            )
     return cfg
 
 
@@ -124,11 +126,19 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     agent = build_agent(cfg)
     start = time.perf_counter()
     metrics, episodes = evaluate(
-        make_env, agent, eval_seeds(cfg), lockstep=cfg.eval.lockstep, description=f"eval {cfg.env.name}",
+        make_env,
+        agent,
+        eval_seeds(cfg),
+        lockstep=cfg.eval.lockstep,
+        description=f"eval {cfg.env.name}",
         agent_seed=int(cfg.seed),
     )
     write_eval(
-        run_dir, metrics, episodes, transcripts=cfg.eval.transcripts, **describe(cfg),
+        run_dir,
+        metrics,
+        episodes,
+        transcripts=cfg.eval.transcripts,
+        **describe(cfg),
         wall_time_s=round(time.perf_counter() - start, 3),
     )
     print_metrics(f"{cfg.env.name} / {agent_label(cfg)}", metrics)
@@ -142,7 +152,9 @@ def run_train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     train = getattr(importlib.import_module(module), fn)
     resume = cfg.get("resume") is not None
     metrics = train(cfg, run_dir, resume=resume)
-    print_metrics(f"{cfg.env.name} / {cfg.algo.name}", {k: v for k, v in metrics.items() if not isinstance(v, dict)})
+    print_metrics(
+        f"{cfg.env.name} / {cfg.algo.name}", {k: v for k, v in metrics.items() if not isinstance(v, dict)}
+    )
     return metrics
 
 

@@ -61,11 +61,12 @@ def test_eval_is_deterministic(tmp_path):
             invoke("eval", "env=snake", "agent=random", "eval.episodes=4", f"hydra.run.dir={d}").exit_code
             == 0
         )
-    strip = lambda p: {
-        k: v
-        for k, v in json.loads((p / "eval.json").read_text()).items()
-        if k not in ("created", "wall_time_s")
-    }  # noqa: E731
+    def strip(p):
+        return {
+            k: v
+            for k, v in json.loads((p / "eval.json").read_text()).items()
+            if k not in ("created", "wall_time_s")
+        }  # noqa: E731
     assert strip(a) == strip(b)
     assert (a / "episodes.jsonl").read_text() == (b / "episodes.jsonl").read_text()
 
@@ -127,12 +128,10 @@ def test_sweep_rejects_a_bad_job_before_running_any(tmp_path):
 
 
 def test_slurm_launcher_config_composes():
-    from agentrl.config import compose_config
-
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from agentrl.config import CONF_DIR
+    from agentrl.config import CONF_DIR, compose_config
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -150,3 +149,38 @@ def test_play_reprompts_on_illegal_move():
     assert result.exit_code == 0, result.output
     assert "Illegal move '0'" in result.output and "Illegal move 'x'" in result.output
     assert "Episode over" in result.output
+
+
+def test_train_dqn_resume_and_report(tmp_path):
+    run = tmp_path / "dqn"
+    common = [
+        "env=frozenlake",
+        "env.max_steps=16",
+        "algo.total_timesteps=3000",
+        "algo.learning_starts=500",
+        "algo.checkpoint_every=1000",
+        "algo.log_every=500",
+        "algo.buffer_size=5000",
+        "eval.episodes=3",
+    ]
+    result = invoke("train", "algo=dqn", *common, f"hydra.run.dir={run}")
+    assert result.exit_code == 0, result.output
+    assert json.loads((run / "eval.json").read_text())["algo"] == "dqn"
+    assert (run / "checkpoint-3000.zip").is_file()
+    # resume a finished run with a larger budget: it continues from the newest checkpoint
+    result = invoke("train", f"resume={run}", "algo.total_timesteps=4000")
+    assert result.exit_code == 0, result.output
+    steps = [json.loads(x)["iteration"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 4000
+    result = invoke("report", str(run), "--out", str(tmp_path / "rep"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "rep" / "report.md").is_file() and "dqn" in result.output
+
+
+def test_train_and_report_bad_input(tmp_path):
+    result = runner.invoke(app, ["train", "algo=nosuch"])
+    assert result.exit_code != 0 and "valid choices: dqn, msgrpo" in result.output
+    result = runner.invoke(app, ["train", f"resume={tmp_path / 'missing'}"])
+    assert result.exit_code != 0 and "cannot resume" in result.output
+    result = runner.invoke(app, ["report", str(tmp_path / "missing")])
+    assert result.exit_code != 0 and "no such directory" in result.output

@@ -18,8 +18,17 @@ def _step(reward: float, valid: bool = True, gen: Generation | None = None) -> S
 
 def test_episode_metrics_known_values():
     episodes = [
-        Episode(seed=1, steps=[_step(0.0), _step(1.0)], success=True, final_info={"episode_metrics": {"regret": 2.0}}),
-        Episode(seed=2, steps=[_step(0.0, valid=False), _step(0.0), _step(-1.0)], final_info={"episode_metrics": {"regret": 4.0}}),
+        Episode(
+            seed=1,
+            steps=[_step(0.0), _step(1.0)],
+            success=True,
+            final_info={"episode_metrics": {"regret": 2.0}},
+        ),
+        Episode(
+            seed=2,
+            steps=[_step(0.0, valid=False), _step(0.0), _step(-1.0)],
+            final_info={"episode_metrics": {"regret": 4.0}},
+        ),
     ]
     m = episode_metrics(episodes)
     assert m["episodes"] == 2 and m["success_rate"] == 0.5

@@ -34,7 +34,7 @@ def test_metrics_log_fresh_run_starts_empty(tmp_path):
     assert log.last_step() is None
     log.log(0, {"x": float("nan")})
     log.close()
-    assert json.loads((tmp_path / "metrics.jsonl").read_text()) ["x"] is None
+    assert json.loads((tmp_path / "metrics.jsonl").read_text())["x"] is None
 
 
 def test_metrics_log_writes_tensorboard_events(tmp_path):
