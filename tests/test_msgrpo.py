@@ -1,0 +1,132 @@
+"""MS-GRPO advantage math and AAW sampling on hand-made episodes with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from agentrl.algos.msgrpo import (
+    aaw_sample,
+    group_advantages,
+    step_samples,
+    uniform_sample,
+    zero_variance_groups,
+)
+from agentrl.errors import ConfigError
+from agentrl.rollout import Episode, Generation, Step
+
+
+def make_episode(rewards: list[float], group_id: int, with_generation: bool = True) -> Episode:
+    steps = []
+    for t, r in enumerate(rewards):
+        gen = (
+            Generation(f"p{t}", "a", prompt_ids=[1, 2, 3 + t], completion_ids=[7, 8], logprobs=[-0.5, -0.25])
+            if with_generation
+            else None
+        )
+        steps.append(Step(f"obs{t}", 0, "left", True, r, r, generation=gen))
+    return Episode(seed=group_id, group_id=group_id, steps=steps)
+
+
+def test_group_advantages_known_answer():
+    # group 0 returns: 1, 0, 0, 1 -> mean 0.5, population std 0.5 -> A = +1, -1, -1, +1
+    # group 1 returns: 3 (=1+2), 1 -> mean 2, std 1 -> A = +1, -1
+    episodes = [
+        make_episode([0.0, 1.0], 0),
+        make_episode([0.0], 0),
+        make_episode([0.0, 0.0, 0.0], 0),
+        make_episode([1.0], 0),
+        make_episode([1.0, 2.0], 1),
+        make_episode([1.0], 1),
+    ]
+    adv = group_advantages(episodes, eps=0.0)
+    assert adv == pytest.approx([1.0, -1.0, -1.0, 1.0, 1.0, -1.0])
+    # eps shrinks the scale slightly; without std normalisation only the mean is subtracted
+    adv_eps = group_advantages(episodes, eps=0.5)
+    assert adv_eps[0] == pytest.approx(0.5 / 1.0)
+    raw = group_advantages(episodes, normalize_std=False)
+    assert raw == pytest.approx([0.5, -0.5, -0.5, 0.5, 1.0, -1.0])
+
+
+def test_groups_are_independent_and_order_preserved():
+    # interleaved groups: each episode is normalised only within its own group
+    episodes = [
+        make_episode([1.0], 0),
+        make_episode([5.0], 1),
+        make_episode([0.0], 0),
+        make_episode([3.0], 1),
+    ]
+    adv = group_advantages(episodes, eps=0.0)
+    assert adv == pytest.approx([1.0, 1.0, -1.0, -1.0])
+    assert sum(adv) == pytest.approx(0.0)
+
+
+def test_all_equal_returns_give_zero_advantages_and_zero_variance_groups():
+    episodes = [
+        make_episode([1.0], 0),
+        make_episode([1.0], 0),
+        make_episode([0.0], 1),
+        make_episode([1.0], 1),
+    ]
+    adv = group_advantages(episodes)
+    assert adv[0] == 0.0 and adv[1] == 0.0
+    assert all(math.isfinite(a) for a in adv)
+    assert zero_variance_groups(episodes) == [0]
+    all_equal = [make_episode([0.0], g) for g in (0, 0, 1, 1)]
+    assert group_advantages(all_equal) == [0.0] * 4
+    assert zero_variance_groups(all_equal) == [0, 1]
+    assert aaw_sample(all_equal, group_advantages(all_equal), fraction=1.0) == []
+
+
+def test_aaw_drops_zero_variance_groups_and_respects_count():
+    episodes = [make_episode([1.0], 0), make_episode([1.0], 0)] + [
+        make_episode([float(r)], 1) for r in (0, 1, 0, 1)
+    ]
+    adv = group_advantages(episodes)
+    rng = np.random.default_rng(0)
+    keep = aaw_sample(episodes, adv, count=3, rng=rng)
+    assert len(keep) == 3 and len(set(keep)) == 3
+    assert all(episodes[i].group_id == 1 for i in keep)
+    # fraction of the candidates (4 episodes of group 1), capped at the number of candidates
+    assert len(aaw_sample(episodes, adv, fraction=0.5, rng=rng)) == 2
+    assert aaw_sample(episodes, adv, count=99, rng=rng) == [2, 3, 4, 5]
+    # zero-variance groups can be kept on request (they then only add compute)
+    assert len(aaw_sample(episodes, adv, count=6, rng=rng, skip_zero_variance=False)) == 6
+
+
+def test_aaw_probability_proportional_to_abs_advantage():
+    # one group with returns 0,0,0,4: A = (-1/sqrt3)x3 and +sqrt3 -> |A| weights 1,1,1,3 (sum 6)
+    episodes = [make_episode([r], 0) for r in (0.0, 0.0, 0.0, 4.0)]
+    adv = group_advantages(episodes, eps=0.0)
+    assert adv[3] == pytest.approx(math.sqrt(3))
+    rng = np.random.default_rng(1)
+    draws = [aaw_sample(episodes, adv, count=1, rng=rng, eps=0.0)[0] for _ in range(6000)]
+    share = draws.count(3) / len(draws)
+    assert share == pytest.approx(0.5, abs=0.03)  # 3 / 6
+    # the uniform ablation picks it 1/4 of the time
+    uniform = [uniform_sample(episodes, count=1, rng=rng)[0] for _ in range(6000)]
+    assert uniform.count(3) / len(uniform) == pytest.approx(0.25, abs=0.03)
+
+
+def test_aaw_rejects_bad_settings():
+    episodes = [make_episode([r], 0) for r in (0.0, 1.0)]
+    with pytest.raises(ConfigError):
+        aaw_sample(episodes, [0.0, 0.0], fraction=1.5)
+    with pytest.raises(ValueError):
+        aaw_sample(episodes, [0.0])
+
+
+def test_step_samples_carry_episode_advantage_on_every_step():
+    episodes = [
+        make_episode([0.0, 0.0, 1.0], 0),
+        make_episode([0.0], 0),
+        make_episode([1.0], 1, with_generation=False),
+    ]
+    adv = [0.7, -0.7, 0.0]
+    samples = step_samples(episodes, adv, keep=[0, 2])
+    assert [(s.episode_index, s.step_index) for s in samples] == [(0, 0), (0, 1), (0, 2)]
+    assert all(s.advantage == 0.7 for s in samples)
+    assert samples[2].prompt_ids == [1, 2, 5] and samples[2].completion_ids == [7, 8]
+    assert samples[0].old_logprobs == [-0.5, -0.25]
