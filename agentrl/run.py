@@ -8,6 +8,7 @@ run directory is created.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -21,10 +22,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from agentrl.config import CONF_DIR, compose_config, split_sweep
 from agentrl.errors import AgentRLError, ConfigError, RunDirError
+from agentrl.runlog import write_json
 
 log = logging.getLogger(__name__)
 
 TASKS = ("eval", "train")
+LLM_ALGOS = ("msgrpo",)
 TRAINERS = {
     "dqn": "agentrl.trainers.dqn:train_dqn",
     "msgrpo": "agentrl.trainers.multistep_grpo:train_msgrpo",
@@ -152,6 +155,11 @@ def run_train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     train = getattr(importlib.import_module(module), fn)
     resume = cfg.get("resume") is not None
     metrics = train(cfg, run_dir, resume=resume)
+    # every eval.json starts with the same identifying fields, whichever trainer wrote it
+    eval_path = run_dir / "eval.json"
+    if eval_path.is_file():
+        saved = json.loads(eval_path.read_text(encoding="utf-8"))
+        write_json(eval_path, {**describe(cfg), **saved})
     print_metrics(
         f"{cfg.env.name} / {cfg.algo.name}", {k: v for k, v in metrics.items() if not isinstance(v, dict)}
     )
@@ -172,7 +180,8 @@ def agent_label(cfg: DictConfig) -> str:
 def describe(cfg: DictConfig) -> dict[str, Any]:
     """The identifying fields every eval.json starts with (report groups runs by them)."""
     info: dict[str, Any] = {"env": cfg.env.name, "agent": agent_label(cfg), "seed": int(cfg.seed)}
-    if cfg.agent.name == "llm" or cfg.task == "train":
+    uses_llm = cfg.algo.name in LLM_ALGOS if cfg.task == "train" else cfg.agent.name == "llm"
+    if uses_llm:
         info["model"] = cfg.model.name
     if cfg.get("algo") is not None:
         info["algo"] = cfg.algo.name
