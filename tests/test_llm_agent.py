@@ -1,0 +1,313 @@
+"""The LLM text interface (prompt rendering, parsing, invalid-action rules) and LLMAgent rollouts with the
+tiny random model."""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from agentrl.agents.backends import Backend, HFBackend, SamplingConfig
+from agentrl.agents.llm import LLMAgent, TextInterface, build_llm_agent, format_prompt_preview
+from agentrl.envs.base import TextEnv
+from agentrl.errors import ConfigError, UnknownChoiceError
+from agentrl.models import load_model
+from agentrl.rollout import Step, StepContext, rollout
+
+torch.set_num_threads(1)
+
+
+class Corridor(TextEnv):
+    """A 1-D corridor: walk right from cell 0 to the last cell (+1). Small and fixed, for snapshots."""
+
+    name = "corridor"
+    action_names = ["left", "right", "wait"]
+
+    def __init__(self, length: int = 4, max_steps: int = 5):
+        self.length, self.max_steps = length, max_steps
+        super().__init__()
+
+    @property
+    def instructions(self) -> str:
+        return "Walk right to the exit E. Reward 1 at the exit.\nActions: left, right, wait."
+
+    def _reset(self, options):
+        self.pos = self.seed_used % (self.length - 1)  # no RNG: snapshots stay fixed
+
+    def reset(self, *, seed=None, options=None):
+        self.seed_used = int(seed or 0)
+        return super().reset(seed=seed, options=options)
+
+    def _step(self, index):
+        move = {0: -1, 1: 1, 2: 0}[index]
+        self.pos = min(max(self.pos + move, 0), self.length - 1)
+        done = self.pos == self.length - 1
+        return (1.0 if done else 0.0), done, done, {}
+
+    def render_text(self) -> str:
+        return "".join(
+            "P" if i == self.pos else ("E" if i == self.length - 1 else "_") for i in range(self.length)
+        )
+
+    def state(self):
+        return {"pos": self.pos}
+
+    def valid_actions(self):
+        return ["left", "right"] if self.pos > 0 else ["right", "wait"]
+
+
+def _ctx(history: list[Step] | None = None, seed: int = 0) -> StepContext:
+    env = Corridor()
+    obs, info = env.reset(seed=seed)
+    return StepContext(env, obs, info, history or [], np.random.default_rng(seed), 0)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model({"name": "tiny-random", "name_or_path": "builtin:tiny-random"}, device="cpu")
+
+
+# ---- parsing ---------------------------------------------------------------------------------------
+ACTIONS = st.lists(
+    st.text(alphabet=string.ascii_letters + string.digits, min_size=1, max_size=8),
+    min_size=1,
+    max_size=6,
+    unique_by=str.lower,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=300), valid=ACTIONS, lenient=st.booleans(), cot=st.booleans())
+def test_parse_never_raises_and_returns_a_valid_action(text, valid, lenient, cot):
+    interface = TextInterface(lenient=lenient, cot=cot)
+    result = interface.parse(text, valid)
+    assert result is None or result in valid
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    valid=ACTIONS,
+    pick=st.integers(min_value=0),
+    before=st.text(alphabet=st.characters(blacklist_characters="<"), max_size=80),
+    after=st.text(alphabet=st.characters(blacklist_characters="<"), max_size=80),
+    upper=st.booleans(),
+    lenient=st.booleans(),
+)
+def test_parse_finds_a_tagged_valid_action(valid, pick, before, after, upper, lenient):
+    action = valid[pick % len(valid)]
+    shown = action.upper() if upper else action
+    text = f"{before}<action> {shown} </action>{after}"
+    assert TextInterface(lenient=lenient).parse(text, valid) == action
+    # also after a reasoning block that mentions other actions, and with a prefilled open tag
+    reasoning = "<think>" + " ".join(valid) + "</think>"
+    assert TextInterface(cot=True, lenient=lenient).parse(reasoning + text, valid) == action
+    assert TextInterface(lenient=lenient).parse(f"<action>{shown}", valid) == action
+
+
+@pytest.mark.parametrize(
+    ("text", "lenient", "expected"),
+    [
+        ("<action>right</action>", False, "right"),
+        ("<ACTION>Right.</ACTION>", False, "right"),
+        ("<action>left</action> no wait <action>right</action>", False, "right"),  # the last answer counts
+        ("<action>up</action>", True, None),  # not a valid action now
+        ("<action>move right</action>", False, None),
+        ("<action>move right</action>", True, "right"),
+        ("I will go right.", False, None),
+        ("I will go left, no, right.", True, "right"),  # lenient: last valid action named
+        ("brightly", True, None),  # whole words only
+        ("<think>right is best", True, None),  # reasoning never closed: no answer
+        ("<think>left?</think> so right", True, "right"),
+        ("<action>", True, None),
+        ("", True, None),
+    ],
+)
+def test_parse_cases(text, lenient, expected):
+    assert TextInterface(lenient=lenient).parse(text, ["left", "right"]) == expected
+
+
+def test_parse_answer_tag_option():
+    interface = TextInterface(answer_tag="answer", lenient=False)
+    assert interface.parse("<answer>left</answer>", ["left", "right"]) == "left"
+    assert interface.parse("<action>left</action>", ["left", "right"]) is None
+    with pytest.raises(ConfigError):
+        TextInterface(answer_tag="a b")
+
+
+# ---- prompt rendering ------------------------------------------------------------------------------
+def test_messages_snapshot():
+    messages = TextInterface().messages(_ctx(seed=1))
+    assert messages == [
+        {
+            "role": "system",
+            "content": "Walk right to the exit E. Reward 1 at the exit.\nActions: left, right, wait.",
+        },
+        {
+            "role": "user",
+            "content": "Observation:\n_P_E\n\nValid actions: left, right\nAnswer with one action as <action>NAME</action>.",
+        },
+    ]
+
+
+def test_messages_with_history_cot_and_system_prompt():
+    history = [
+        Step("P__E", 2, "wait", False, -1.0, 0.0),
+        Step("P__E", 1, "right", True, 0.0, 0.0),
+    ]
+    interface = TextInterface(history=5, cot=True, system_prompt="You are an agent.")
+    system, user = interface.messages(_ctx(history, seed=1))
+    assert system == {"role": "system", "content": "You are an agent."}
+    assert user["content"] == (
+        "Walk right to the exit E. Reward 1 at the exit.\nActions: left, right, wait.\n\n"
+        "Previous steps (action -> reward):\n"
+        "wait -> 0 (your answer was invalid; this action was played instead)\n"
+        "right -> 0\n\n"
+        "Observation:\n_P_E\n\n"
+        "Valid actions: left, right\n"
+        "First think step by step inside <think>...</think>, then answer with one action as <action>NAME</action>."
+    )
+    # a window of 1 shows only the last step; observations on request
+    short = TextInterface(history=1, history_observations=True).messages(_ctx(history, seed=1))[1]["content"]
+    assert "Observation 2:\nP__E\nright -> 0" in short and "wait" not in short.split("Observation:")[0]
+
+
+def test_render_applies_chat_template_and_prefill(tiny):
+    _, tokenizer = tiny
+    interface = TextInterface(prefill="<action>")
+    text = interface.render(interface.messages(_ctx(seed=1)), tokenizer)
+    assert text == (
+        "<|im_start|>system\nWalk right to the exit E. Reward 1 at the exit.\nActions: left, right, wait.<|im_end|>\n"
+        "<|im_start|>user\nObservation:\n_P_E\n\nValid actions: left, right\n"
+        "Answer with one action as <action>NAME</action>.<|im_end|>\n<|im_start|>assistant\n<action>"
+    )
+
+
+# ---- invalid-action rules --------------------------------------------------------------------------
+def test_invalid_rules():
+    ctx = _ctx()
+    ok = TextInterface().decide(ctx, "right")
+    assert ok.valid and ok.action == 1 and ok.penalty == 0 and not ok.end_episode
+    default = TextInterface().decide(ctx, None)
+    assert (default.action, default.valid, default.penalty, default.end_episode) == (
+        ctx.env.default_action(),
+        False,
+        -1.0,
+        False,
+    )
+    end = TextInterface(invalid_rule="penalty_end", invalid_penalty=-2).decide(ctx, None)
+    assert end.end_episode and end.penalty == -2 and not end.valid
+    rand = TextInterface(invalid_rule="random", invalid_penalty=-5)
+    many = [rand.decide(ctx, None) for _ in range(40)]
+    assert {d.action for d in many} == {1, 2}  # both legal moves (right, wait), never the illegal "left"
+    assert all(d.penalty == -5 and not d.valid for d in many)
+    assert (
+        rand.decide(_ctx(seed=0), None).action == rand.decide(_ctx(seed=0), None).action
+    )  # same rng, same pick
+    with pytest.raises(UnknownChoiceError):
+        TextInterface(invalid_rule="retry")
+
+
+# ---- LLMAgent --------------------------------------------------------------------------------------
+class ScriptedBackend(Backend):
+    """Answers from a script and records every batched call."""
+
+    def __init__(self, tokenizer: Any, answers: list[str]):
+        self.tokenizer, self.answers, self.calls = tokenizer, answers, []
+
+    def generate(self, prompts, sampling, *, seed=None):
+        self.calls.append(len(prompts))
+        answer = self.answers[(len(self.calls) - 1) % len(self.answers)]
+        ids = self.tokenizer(answer, add_special_tokens=False).input_ids
+        return [(ids, [0.0] * len(ids)) for _ in prompts]
+
+
+def test_one_batched_call_per_step_and_finished_episodes_drop_out(tiny):
+    _, tokenizer = tiny
+    backend = ScriptedBackend(tokenizer, ["<action>right</action>"])
+    agent = LLMAgent(TextInterface(), backend)
+    episodes = rollout(lambda: Corridor(length=5, max_steps=6), agent, seeds=list(range(6)))
+    # always "right": an episode starting at cell p needs 4 - p moves; the batch shrinks as they finish
+    lengths = [ep.length for ep in episodes]
+    assert all(ep.success and ep.invalid_count == 0 for ep in episodes)
+    assert len(backend.calls) == max(lengths)
+    assert backend.calls == [sum(n > k for n in lengths) for k in range(max(lengths))]
+    step = episodes[0].steps[0]
+    assert step.generation.completion_text == "<action>right</action>" and step.action_name == "right"
+
+
+def test_prefill_is_parsed_with_the_completion(tiny):
+    _, tokenizer = tiny
+    agent = LLMAgent(
+        TextInterface(prefill="<action>", lenient=False), ScriptedBackend(tokenizer, ["right</action>"])
+    )
+    decision = agent.act([_ctx()])[0]
+    assert decision.valid and decision.action == 1
+    assert decision.generation.prompt_text.endswith("<|im_start|>assistant\n<action>")
+
+
+def test_rollout_with_tiny_model(tiny):
+    model, tokenizer = tiny
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=6)
+    agent = LLMAgent(TextInterface(invalid_rule="penalty_default"), HFBackend(model, tokenizer), sampling)
+    run = lambda agent_seed: rollout(  # noqa: E731
+        lambda: Corridor(), agent, seeds=[0, 1, 2, 3], group_ids=[0, 0, 1, 1], agent_seed=agent_seed
+    )
+    episodes = run(0)
+    assert [ep.group_id for ep in episodes] == [0, 0, 1, 1]
+    for ep in episodes:
+        assert 1 <= ep.length <= 5 and (ep.terminated or ep.truncated)
+        for step in ep.steps:
+            gen = step.generation
+            assert gen.prompt_ids == tokenizer(gen.prompt_text, add_special_tokens=False).input_ids
+            assert 1 <= len(gen.completion_ids) <= 6 and len(gen.logprobs) == len(gen.completion_ids)
+            assert gen.completion_ids[-1] == tokenizer.eos_token_id or len(gen.completion_ids) == 6
+            assert all(lp <= 0 for lp in gen.logprobs)
+            # random weights rarely answer well: invalid steps get the default action and the penalty
+            if not step.valid:
+                assert step.reward == pytest.approx(step.env_reward - 1.0)
+    again = run(0)
+    assert [[s.generation.completion_ids for s in ep.steps] for ep in again] == [
+        [s.generation.completion_ids for s in ep.steps] for ep in episodes
+    ]
+    other = run(1)
+    assert [[s.generation.completion_ids for s in ep.steps] for ep in other] != [
+        [s.generation.completion_ids for s in ep.steps] for ep in episodes
+    ]
+
+
+def _cfg(**agent):
+    return OmegaConf.create(
+        {
+            "seed": 0,
+            "env": {"name": "frozenlake"},
+            "model": {"name": "tiny-random", "name_or_path": "builtin:tiny-random", "backend": "hf"},
+            "agent": {"name": "llm", "sampling": {"temperature": 0.0, "max_new_tokens": None}, **agent},
+        }
+    )
+
+
+def test_build_llm_agent_from_config(tiny):
+    model, tokenizer = tiny
+    agent = build_llm_agent(
+        _cfg(cot=True, history=3, invalid_rule="random"), model=model, tokenizer=tokenizer
+    )
+    assert (
+        isinstance(agent, LLMAgent) and isinstance(agent.backend, HFBackend) and agent.backend.model is model
+    )
+    assert agent.interface.cot and agent.interface.history == 3 and agent.interface.invalid_rule == "random"
+    assert agent.sampling.max_new_tokens == 256 and not agent.sampling.do_sample  # cot default budget
+    assert agent.effective_sampling().stop == ("</action>",)
+    plain = build_llm_agent(_cfg(), backend=agent.backend)
+    assert plain.backend is agent.backend and plain.sampling.max_new_tokens == 32
+
+
+def test_format_prompt_preview(tiny):
+    text = format_prompt_preview(_cfg(prefill="<action>"))
+    assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n<action>")
+    assert "Observation:\n" in text and "Answer with one action as <action>NAME</action>." in text
