@@ -61,12 +61,14 @@ def test_eval_is_deterministic(tmp_path):
             invoke("eval", "env=snake", "agent=random", "eval.episodes=4", f"hydra.run.dir={d}").exit_code
             == 0
         )
+
     def strip(p):
         return {
             k: v
             for k, v in json.loads((p / "eval.json").read_text()).items()
             if k not in ("created", "wall_time_s")
         }  # noqa: E731
+
     assert strip(a) == strip(b)
     assert (a / "episodes.jsonl").read_text() == (b / "episodes.jsonl").read_text()
 
