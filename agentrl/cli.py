@@ -197,7 +197,7 @@ def play(overrides: Overrides = None) -> None:
     console.print(make_env().instructions)
     console.rule()
     episode = rollout(make_env, HumanAgent(console=console), [int(cfg.seed)])[0]
-    console.print(episode.steps[-1].observation if not episode.final_info else "")
+    console.print(episode.final_observation)
     outcome = "success" if episode.success else "no success"
     console.print(
         f"[bold]Episode over:[/bold] return {episode.episode_return:.2f} in {episode.length} moves ({outcome})"

@@ -83,6 +83,7 @@ class Episode:
     terminated: bool = False
     truncated: bool = False
     final_info: dict[str, Any] = field(default_factory=dict)
+    final_observation: str = ""  # the observation after the last step (the end position)
 
     @property
     def episode_return(self) -> float:
@@ -202,6 +203,7 @@ def _lockstep(make_env, agent, seeds, group_ids, indices, agent_seed, stats):
                 episode.terminated, episode.truncated = bool(terminated), bool(truncated)
                 episode.success = bool(info.get("success", False))
                 episode.final_info = {k: v for k, v in info.items() if k != "valid_actions"}
+                episode.final_observation = obs
                 env.close()
                 yield i, episode
             else:
