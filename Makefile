@@ -1,5 +1,5 @@
 # agentrl: everything installs from python3 alone. Override TORCH_SPEC for a GPU build, e.g.
-#   make install TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+#   make install TORCH_SPEC="torch==2.13.0 --index-url <the CUDA wheel index you use>"
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
