@@ -95,8 +95,13 @@ def test_random_start_curriculum_shares_start_within_a_seed_and_varies_across_se
 
 
 # ---- a short real run ----------------------------------------------------------------------------------
-def test_train_two_iterations_with_tiny_random(tmp_path):
+def test_train_two_iterations_with_tiny_random(tmp_path, monkeypatch):
+    from agentrl.agents.backends import HFBackend
+
     torch.manual_seed(0)
+    steps = []  # the rollout backend must hear of every optimizer step (its caches hold old outputs)
+    real_changed = HFBackend.weights_changed
+    monkeypatch.setattr(HFBackend, "weights_changed", lambda self: steps.append(1) or real_changed(self))
     # invalid answers -> a random legal move, so returns vary inside a group and an update really happens
     cfg = make_cfg(
         iterations=2,
@@ -112,6 +117,7 @@ def test_train_two_iterations_with_tiny_random(tmp_path):
     result = train_msgrpo(cfg, tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2]
+    assert len(steps) == 2
     for key in (
         "train/success_rate",
         "advantage/std",
@@ -336,6 +342,54 @@ def test_shared_prefix_backend_matches_hf_backend():
     reference = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
     assert lps == pytest.approx(reference.tolist(), abs=1e-4)
     assert shared.generate(prompts, hot, seed=3) == shared.generate(prompts, hot, seed=3)
+
+
+def test_one_token_answers_reuse_logits_until_the_weights_change(monkeypatch):
+    from agentrl.agents.backends import HFBackend, SamplingConfig
+    from agentrl.models import load_model
+    from agentrl.trainers import multistep_grpo
+
+    model, tokenizer = load_model(OmegaConf.load(CONF / "model" / "tiny-random.yaml"))
+    plain = HFBackend(model, tokenizer)
+    shared = multistep_grpo.shared_prefix_backend(plain)
+    system = list(range(100, 120))
+    prompts = [system + p for p in ([5, 6, 7, 8], [9, 10], [5, 6, 7, 8], [11, 12, 13])]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=1)
+    for (ids_a, lp_a), (ids_b, lp_b) in zip(
+        plain.generate(prompts, greedy), shared.generate(prompts, greedy), strict=True
+    ):
+        assert ids_a == ids_b and len(ids_b) == 1
+        assert lp_a == pytest.approx(lp_b, abs=1e-4)
+
+    runs = []
+    real = multistep_grpo.prefill_shared
+    monkeypatch.setattr(
+        multistep_grpo, "prefill_shared", lambda m, p, pad: runs.append(len(p)) or real(m, p, pad)
+    )
+    hot = SamplingConfig(temperature=1.0, max_new_tokens=1, top_k=5)
+    first = shared.generate(prompts * 8, hot, seed=2)
+    assert runs == []  # every distinct prompt was already computed under these weights
+    assert len({tuple(ids) for ids, _ in first[::4]}) > 1  # copies still sample on their own
+    shared.generate([system + [14, 15]] + prompts, hot, seed=2)
+    assert runs == [1]  # only the new prompt ran
+    with torch.no_grad():
+        next(model.parameters()).add_(0.5)  # an in-place change moves the version counters
+    shared.generate(prompts, greedy)
+    assert runs[-1] == 3  # all distinct prompts recomputed
+    # torch's fused AdamW (the HF Trainer's CPU default) updates in place without moving version
+    # counters: the trainer says so through weights_changed()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.5, fused=True)
+    model(input_ids=torch.tensor([prompts[0]])).logits.sum().backward()
+    optimizer.step()
+    runs.clear()
+    shared.generate(prompts, greedy)
+    assert runs == []  # not detectable from the parameters alone
+    shared.weights_changed()
+    after = shared.generate(prompts, greedy)
+    assert runs == [3]
+    fresh = HFBackend(model, tokenizer).generate(prompts, greedy)
+    assert [lp[0] for _, lp in after] == pytest.approx([lp[0] for _, lp in fresh], abs=1e-4)
+    assert [ids for ids, _ in after] == [ids for ids, _ in fresh]
 
 
 def test_ctrl_c_saves_a_checkpoint_then_resume_continues(tmp_path, monkeypatch):

@@ -164,8 +164,9 @@ class HFBackend(Backend):
     broadcast to every row of later calls, so each call only prefills the rows' own suffixes. Rows are
     laid out as ``shared prefix + left padding + own suffix``; the attention mask hides the padding and
     positions come from the mask, so every row sees exactly its unpadded prompt. The kept states are
-    dropped whenever the weights change (parameter version counters move on in-place updates such as
-    an optimizer step) or `clear_prefix_cache()` is called.
+    dropped whenever the weights change: parameter version counters move on in-place updates, but fused
+    optimizers (torch's `AdamW(fused=True)`, the HF Trainer's CPU default) update in place WITHOUT
+    moving them, so a trainer must call `weights_changed()` after each optimizer step.
     """
 
     name = "hf"
@@ -187,7 +188,8 @@ class HFBackend(Backend):
         self.prefix_cache = prefix_cache
         self._prefix_ids: list[int] = []
         self._prefix_states: list[tuple[Any, Any]] = []
-        self._prefix_key: tuple[int, int] | None = None
+        self._prefix_key: tuple[int, int, int] | None = None
+        self._weights_epoch = 0  # bumped by weights_changed()
         # transformers >= 5.2x names the KV cache argument `cache` (formerly `past_key_values`)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self._cache_arg = (
@@ -201,8 +203,13 @@ class HFBackend(Backend):
     def clear_prefix_cache(self) -> None:
         self._prefix_ids, self._prefix_states, self._prefix_key = [], [], None
 
-    def _weights_key(self) -> tuple[int, int]:
-        return id(self.model), sum(p._version for p in self.model.parameters())
+    def weights_changed(self) -> None:
+        """Drop everything computed with the old weights (call after each optimizer step)."""
+        self._weights_epoch += 1
+        self.clear_prefix_cache()
+
+    def _weights_key(self) -> tuple[int, int, int]:
+        return id(self.model), self._weights_epoch, sum(p._version for p in self.model.parameters())
 
     def _shared_prefix(self, prompts: list[list[int]]) -> int:
         """Length of the cached head all prompts start with (0: no prefix caching this call)."""

@@ -222,7 +222,14 @@ def shared_prefix_logps(
     keys: dict[tuple[int, ...], int] = {}
     inverse = torch.tensor([keys.setdefault(tuple(r), len(keys)) for r in rows], device=input_ids.device)
     cache, first_logits, mask, last_position = prefill_shared(model, [list(k) for k in keys], pad_id)
-    logits = [first_logits[inverse][:, None, :]]  # predicts the first completion token
+    # the first completion token's distribution depends on the prompt only: normalise once per distinct
+    # prompt, then pick each row's token (no (rows x vocab) tensor; one-token answers end here)
+    targets = input_ids[:, prompt_length:]
+    first_logps, first_entropy = _completion_logps(
+        first_logits[:, None, :], None, temperature, compute_entropy
+    )
+    logps = [first_logps[inverse, 0, targets[:, 0]][:, None]]
+    entropies = [first_entropy[inverse]] if compute_entropy else []
     if completion_length > 1:
         cache.batch_select_indices(inverse)
         completion_mask = attention_mask[:, prompt_length:-1]
@@ -233,10 +240,12 @@ def shared_prefix_logps(
             use_cache=True,
             **{_cache_kwarg(model): cache},
         )
-        logits.append(rest.logits)
-    return _completion_logps(
-        torch.cat(logits, dim=1), input_ids[:, prompt_length:], temperature, compute_entropy
-    )
+        rest_logps, rest_entropy = _completion_logps(
+            rest.logits, targets[:, 1:], temperature, compute_entropy
+        )
+        logps.append(rest_logps)
+        entropies.append(rest_entropy)
+    return torch.cat(logps, dim=1), torch.cat(entropies, dim=1) if compute_entropy else None
 
 
 #: shortest common prompt prefix worth a separate pass (below it the extra call costs more than it saves)
@@ -283,11 +292,12 @@ def prefill_shared(
 
 
 def _completion_logps(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, compute_entropy: bool
+    logits: torch.Tensor, targets: torch.Tensor | None, temperature: float, compute_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log_softmax(logits / T) at the target tokens, and (no-grad) entropies, per position."""
+    """log_softmax(logits / T) at the target tokens (targets None: the whole distribution), and
+    (no-grad) entropies, per position."""
     log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
-    logps = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    logps = log_probs if targets is None else log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     entropies = None
     if compute_entropy:
         with torch.no_grad():
@@ -310,9 +320,15 @@ def shared_prefix_backend(backend: Any) -> Any:
         continuation. Same distribution, log-probs (log_softmax(logits / T) of the sampled token, before
         top-k/top-p, like HFBackend) and trimming as HFBackend; only the random stream differs."""
 
+        #: single-token answers: first-token logits of every prompt seen since the weights last changed
+        _memo: dict[tuple[int, ...], torch.Tensor]
+        _memo_key: tuple[int, int, int] | None = None
+
         def generate(self, prompts: list[list[int]], sampling: Any, *, seed: int | None = None) -> list[Any]:
             if not prompts:
                 return []
+            if sampling.max_new_tokens == 1:
+                return self._generate_one(prompts, sampling, seed)
             keys: dict[tuple[int, ...], int] = {}
             inverse = torch.tensor(
                 [keys.setdefault(tuple(p), len(keys)) for p in prompts], device=self.device
@@ -369,10 +385,42 @@ def shared_prefix_backend(backend: Any) -> Any:
                         logits = out.logits[:, -1, :]
             finally:
                 self.model.train(was_training)
-            generated = torch.stack(tokens, 1).tolist()
-            logprob_rows = torch.stack(logps, 1).cpu().tolist()
+            return self._trim(torch.stack(tokens, 1), torch.stack(logps, 1), sampling)
+
+        def _generate_one(self, prompts: list[list[int]], sampling: Any, seed: int | None) -> list[Any]:
+            """One-token answers (an action word after a prefill) need no KV cache, only each prompt's
+            next-token logits, and those stay valid until the weights change. In a lockstep rollout on a
+            small grid the same few observations recur at every step, so each distinct prompt is run once
+            per rollout instead of once per step. Exact: the memo is dropped when any parameter changes."""
+            key = self._weights_key()
+            if self._memo_key != key:
+                self._memo, self._memo_key = {}, key
+            missing = list(dict.fromkeys(tuple(p) for p in prompts if tuple(p) not in self._memo))
+            if missing:
+                was_training = self.model.training
+                self.model.eval()
+                try:
+                    with torch.no_grad():
+                        _, logits, _, _ = prefill_shared(self.model, [list(k) for k in missing], self.pad_id)
+                finally:
+                    self.model.train(was_training)
+                self._memo.update(zip(missing, logits.float(), strict=True))
+            scores = torch.stack([self._memo[tuple(p)] for p in prompts])
+            generator = None
+            if seed is not None and sampling.do_sample:
+                generator = torch.Generator(device=scores.device).manual_seed(int(seed))
+            temperature = sampling.temperature if sampling.do_sample else 1.0
+            log_probs = torch.log_softmax(scores / temperature, dim=-1)
+            if sampling.do_sample:
+                warped = _top_k_top_p(scores / temperature, sampling.top_k, sampling.top_p)
+                chosen = torch.multinomial(torch.softmax(warped, -1), 1, generator=generator).squeeze(1)
+            else:
+                chosen = scores.argmax(-1)
+            return self._trim(chosen[:, None], log_probs.gather(1, chosen[:, None]), sampling)
+
+        def _trim(self, tokens: torch.Tensor, logps: torch.Tensor, sampling: Any) -> list[Any]:
             results = []
-            for row, lps in zip(generated, logprob_rows, strict=True):
+            for row, lps in zip(tokens.tolist(), logps.cpu().tolist(), strict=True):
                 end = self._completion_length(row, sampling.stop)
                 results.append((row[:end], lps[:end]))
             return results
@@ -854,6 +902,14 @@ def train_msgrpo(cfg: DictConfig, run_dir: Path, resume: bool = False) -> dict[s
             if eval_every and step % eval_every == 0 and step < iterations:
                 metrics, _ = run_eval(f"eval @ {step}", periodic_episodes)
                 pending_eval.update({f"eval/{k}": v for k, v in metrics.items()})
+            return control
+
+        def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            # the rollout backend's caches (prefix KV, one-token memo) hold the old weights' outputs; the
+            # fused CPU AdamW does not move parameter version counters, so say it explicitly
+            changed = getattr(agent.backend, "weights_changed", None)
+            if changed is not None:
+                changed()
             return control
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
