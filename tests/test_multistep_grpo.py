@@ -364,14 +364,19 @@ def test_one_token_answers_reuse_logits_until_the_weights_change(monkeypatch):
     runs = []
     real = multistep_grpo.prefill_shared
     monkeypatch.setattr(
-        multistep_grpo, "prefill_shared", lambda m, p, pad: runs.append(len(p)) or real(m, p, pad)
+        multistep_grpo,
+        "prefill_shared",
+        lambda m, p, pad, prefix=None: runs.append(len(p)) or real(m, p, pad, prefix),
     )
     hot = SamplingConfig(temperature=1.0, max_new_tokens=1, top_k=5)
     first = shared.generate(prompts * 8, hot, seed=2)
     assert runs == []  # every distinct prompt was already computed under these weights
     assert len({tuple(ids) for ids, _ in first[::4]}) > 1  # copies still sample on their own
     shared.generate([system + [14, 15]] + prompts, hot, seed=2)
-    assert runs == [1]  # only the new prompt ran
+    assert runs == [1]  # only the new prompt ran, on top of the kept KV states of the shared head
+    [(ids_a, lp_a)] = plain.generate([system + [16, 17]], greedy)
+    [(ids_b, lp_b)] = shared.generate([system + [16, 17]], greedy)
+    assert ids_a == ids_b and lp_a == pytest.approx(lp_b, abs=1e-4)
     with torch.no_grad():
         next(model.parameters()).add_(0.5)  # an in-place change moves the version counters
     shared.generate(prompts, greedy)

@@ -253,7 +253,7 @@ MIN_SHARED_PREFIX = 16
 
 
 def prefill_shared(
-    model: Any, prompts: list[list[int]], pad_id: int
+    model: Any, prompts: list[list[int]], pad_id: int, prefix: tuple[int, list] | None = None
 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run distinct prompts through `model`, computing their longest common prefix (the system message
     and instructions, typically most of the prompt) once: the prefix runs as one row, its KV cache is
@@ -261,20 +261,38 @@ def prefill_shared(
     prefix and remainder (masked; positions follow the mask, so each row sees exactly its own prompt at
     positions 0..len-1, as if it had run alone). Gradients flow through the shared parts and add up.
 
+    `prefix=(length, [(keys, values) per layer])`: the first `length` tokens of every prompt were computed
+    before (same weights, see `_head_states` in `shared_prefix_backend`); they are reused instead of run again.
+
     Returns (KV cache of the U prompts, logits at each prompt's last token (U, V), attention mask (U, L),
     position of each prompt's last token (U,)).
     """
+    from transformers import DynamicCache
+
     device = next(model.parameters()).device
-    shortest = min(len(p) for p in prompts)
-    common = 0
-    if len(prompts) > 1:
-        while common < shortest - 1 and all(p[common] == prompts[0][common] for p in prompts):
-            common += 1
-    if common < MIN_SHARED_PREFIX:
+    if prefix is not None:
+        common = prefix[0]
+    else:
+        shortest = min(len(p) for p in prompts)
         common = 0
+        if len(prompts) > 1:
+            while common < shortest - 1 and all(p[common] == prompts[0][common] for p in prompts):
+                common += 1
+        if common < MIN_SHARED_PREFIX:
+            common = 0
     kwargs: dict[str, Any] = {}
     prefix_mask = torch.ones((len(prompts), common), dtype=torch.long, device=device)
-    if common:
+    if prefix is not None:
+        kwargs[_cache_kwarg(model)] = DynamicCache(
+            [
+                (
+                    k[:, :, :common].expand(len(prompts), -1, -1, -1),
+                    v[:, :, :common].expand(len(prompts), -1, -1, -1),
+                )
+                for k, v in prefix[1]
+            ]
+        )
+    elif common:
         out = model(input_ids=torch.tensor([prompts[0][:common]], device=device), use_cache=True)
         cache = _output_cache(out)
         cache.batch_select_indices(torch.zeros(len(prompts), dtype=torch.long, device=device))
@@ -308,7 +326,7 @@ def _completion_logps(
 def shared_prefix_backend(backend: Any) -> Any:
     """An `HFBackend` whose `generate` runs each distinct prompt of a batch once (see below); other
     backends are returned unchanged."""
-    from agentrl.agents.backends import HFBackend
+    from agentrl.agents.backends import HFBackend, _common_prefix_length
 
     if type(backend) is not HFBackend:
         return backend
@@ -323,6 +341,7 @@ def shared_prefix_backend(backend: Any) -> Any:
         #: single-token answers: first-token logits of every prompt seen since the weights last changed
         _memo: dict[tuple[int, ...], torch.Tensor]
         _memo_key: tuple[int, int, int] | None = None
+        _memo_prefix: tuple[list[int], list] | None = None
 
         def generate(self, prompts: list[list[int]], sampling: Any, *, seed: int | None = None) -> list[Any]:
             if not prompts:
@@ -394,14 +413,16 @@ def shared_prefix_backend(backend: Any) -> Any:
             per rollout instead of once per step. Exact: the memo is dropped when any parameter changes."""
             key = self._weights_key()
             if self._memo_key != key:
-                self._memo, self._memo_key = {}, key
+                self._memo, self._memo_key, self._memo_prefix = {}, key, None
             missing = list(dict.fromkeys(tuple(p) for p in prompts if tuple(p) not in self._memo))
             if missing:
                 was_training = self.model.training
                 self.model.eval()
                 try:
                     with torch.no_grad():
-                        _, logits, _, _ = prefill_shared(self.model, [list(k) for k in missing], self.pad_id)
+                        rows = [list(k) for k in missing]
+                        prefix = self._head_states(rows)
+                        _, logits, _, _ = prefill_shared(self.model, rows, self.pad_id, prefix)
                 finally:
                     self.model.train(was_training)
                 self._memo.update(zip(missing, logits.float(), strict=True))
@@ -417,6 +438,27 @@ def shared_prefix_backend(backend: Any) -> Any:
             else:
                 chosen = scores.argmax(-1)
             return self._trim(chosen[:, None], log_probs.gather(1, chosen[:, None]), sampling)
+
+        def _head_states(self, prompts: list[list[int]]) -> tuple[int, list] | None:
+            """The KV states of the prompts' shared head (chat template + instructions), computed once
+            per weights and reused by later calls (None when the head is too short to be worth it)."""
+            heads = [p[:-1] for p in prompts]  # every prompt keeps a token of its own
+            if self._memo_prefix is not None:
+                ids, states = self._memo_prefix
+                shared = _common_prefix_length([*heads, ids])
+                if shared >= MIN_SHARED_PREFIX:
+                    return shared, states
+            common = _common_prefix_length(heads)
+            if common < MIN_SHARED_PREFIX:
+                return None
+            out = self.model(
+                input_ids=torch.tensor([heads[0][:common]], device=self.device),
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            states = [(layer.keys, layer.values) for layer in _output_cache(out).layers]
+            self._memo_prefix = (heads[0][:common], states)
+            return common, states
 
         def _trim(self, tokens: torch.Tensor, logps: torch.Tensor, sampling: Any) -> list[Any]:
             results = []
