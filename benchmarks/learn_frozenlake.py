@@ -6,8 +6,9 @@ the run directory:
 
 - `learning_curve.png`: training success (sampled, curriculum episodes) and greedy eval success
   against wall-clock minutes;
-- `learn_summary.json`: before/after greedy success, minutes to the first eval with success >= target,
-  iterations, wall-clock, settings;
+- `learn_summary.json`: before/after greedy success, minutes to the first eval with success >= target
+  and to the first eval from which it stays there, iterations, wall-clock, settings, and the trained
+  greedy move on every safe cell;
 - everything `agentrl train` writes (metrics.jsonl, eval.json, checkpoints, final/).
 
     .venv/bin/python benchmarks/learn_frozenlake.py                      # 30-minute budget
@@ -144,6 +145,14 @@ def main() -> None:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     before = (result.get("before") or {}).get("success_rate")
     reached = next((r for r in rows if (r.get("eval/success_rate") or 0) >= args.target), None)
+    # the first periodic eval from which every later one (and the final eval) stays at the target
+    evals = [r for r in rows if r.get("eval/success_rate") is not None]
+    stable = None
+    if result["success_rate"] >= args.target:
+        for k, r in enumerate(evals):
+            if all(e["eval/success_rate"] >= args.target for e in evals[k:]):
+                stable = r
+                break
     summary = {
         "target": args.target,
         "before_success_rate": before,
@@ -155,6 +164,8 @@ def main() -> None:
         "wall_clock_s": round(wall, 1),
         "minutes_to_target": round(reached["time_s"] / 60, 2) if reached else None,
         "iteration_at_target": reached["iteration"] if reached else None,
+        "minutes_to_stable_target": round(stable["time_s"] / 60, 2) if stable else None,
+        "iteration_at_stable_target": stable["iteration"] if stable else None,
         "mean_rollout_s": sum(r.get("rollout_s", 0) for r in rows) / max(len(rows), 1),
         "mean_update_s": sum(r.get("update_s", 0) for r in rows) / max(len(rows), 1),
         "overrides": overrides,
