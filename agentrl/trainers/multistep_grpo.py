@@ -692,6 +692,9 @@ def grpo_config(cfg: DictConfig, run_dir: Path, device: str) -> Any:
     parts = int(_algo(cfg, "gradient_accumulation_steps", 1))
     if parts < 1:
         raise ConfigError("algo.gradient_accumulation_steps must be >= 1")
+    scheduler = str(_algo(cfg, "lr_scheduler", "constant"))
+    if scheduler == "constant" and int(_algo(cfg, "warmup_steps", 0)) > 0:
+        scheduler = "constant_with_warmup"  # transformers' "constant" ignores warmup_steps silently
     cuda = device.startswith("cuda")
     dtype = str(OmegaConf.select(cfg, "model.dtype", default="auto") or "auto")
     bf16 = cuda and dtype in ("auto", "bf16", "bfloat16")
@@ -707,7 +710,7 @@ def grpo_config(cfg: DictConfig, run_dir: Path, device: str) -> Any:
         num_generations=2,
         num_iterations=1,
         learning_rate=float(_algo(cfg, "learning_rate")),
-        lr_scheduler_type=str(_algo(cfg, "lr_scheduler", "constant")),
+        lr_scheduler_type=scheduler,
         warmup_steps=int(_algo(cfg, "warmup_steps", 0)),
         weight_decay=float(_algo(cfg, "weight_decay", 0.0)),
         max_grad_norm=float(_algo(cfg, "max_grad_norm", 1.0)),
