@@ -27,6 +27,20 @@ def load(run: Path) -> tuple[dict, list[dict]]:
     return summary, rows
 
 
+def times_to_target(summary: dict, rows: list[dict]) -> tuple[dict | None, dict | None]:
+    """The metrics rows of the first periodic greedy eval at the target, and of the first one from which
+    every later eval (and the final one) stays there."""
+    target = summary.get("target", 0.9)
+    evals = [r for r in rows if r.get("eval/success_rate") is not None]
+    first = next((r for r in evals if r["eval/success_rate"] >= target), None)
+    stable = None
+    if summary["after_success_rate"] >= target:
+        stable = next(
+            (r for k, r in enumerate(evals) if all(e["eval/success_rate"] >= target for e in evals[k:])), None
+        )
+    return first, stable
+
+
 def ratio(value: float | None, reference: float | None) -> str:
     if value is None or reference is None:
         return "n/a"
@@ -46,19 +60,23 @@ def main() -> None:
         parser.error("give one label per run")
     loaded = [load(run) for run in args.runs]
 
-    reference = loaded[0][0]
+    def minutes(row: dict | None) -> float | None:
+        return None if row is None else round(row["time_s"] / 60, 2)
+
+    def cell(row: dict | None) -> str:
+        return "not reached" if row is None else f"{minutes(row)} min (iteration {row['iteration']})"
+
+    reached = [times_to_target(summary, rows) for summary, rows in loaded]
     print(
-        "| run | before | after | iterations | minutes to target (first) | to stable target | ratio (stable) |"
+        "| run | greedy success before -> after | iterations | first eval at target | stays at target from "
+        "| time to stay, vs first run |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for label, (summary, _) in zip(labels, loaded, strict=True):
-        first = summary.get("minutes_to_target")
-        stable = summary.get("minutes_to_stable_target")
+    print("|---|---|---|---|---|---|")
+    for label, (summary, _), (first, stable) in zip(labels, loaded, reached, strict=True):
         print(
-            f"| {label} | {summary['before_success_rate']} | {summary['after_success_rate']} | {summary['iterations']} "
-            f"| {first if first is not None else 'not reached'} (it {summary.get('iteration_at_target')}) "
-            f"| {stable if stable is not None else 'not reached'} (it {summary.get('iteration_at_stable_target')}) "
-            f"| {ratio(stable, reference.get('minutes_to_stable_target'))} |"
+            f"| {label} | {summary['before_success_rate']} -> {summary['after_success_rate']} "
+            f"| {summary['iterations']} | {cell(first)} | {cell(stable)} "
+            f"| {ratio(minutes(stable), minutes(reached[0][1]))} |"
         )
 
     if args.out:

@@ -633,6 +633,11 @@ def _trainer_class() -> type:
                 extra["iteration_s"] = now - self._iteration_start
                 if update_s > 0:
                     extra["update_tokens_per_s"] = extra.get("train_tokens", 0) / update_s
+                if extra.get("update_skipped"):
+                    # TRL's entropy and clip stats would describe the zero-advantage placeholder row
+                    logs = {
+                        k: v for k, v in logs.items() if k != "entropy" and not k.startswith("clip_ratio")
+                    }
                 logs = {**logs, **extra}
                 self._iteration_metrics = {}
             super().log(logs, start_time)
