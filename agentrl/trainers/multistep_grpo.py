@@ -262,7 +262,7 @@ def prefill_shared(
     positions 0..len-1, as if it had run alone). Gradients flow through the shared parts and add up.
 
     `prefix=(length, [(keys, values) per layer])`: the first `length` tokens of every prompt were computed
-    before (same weights, see `_head_states` in `shared_prefix_backend`); they are reused instead of run again.
+    before (same weights: HFBackend's kept prefix states); they are reused instead of run again.
 
     Returns (KV cache of the U prompts, logits at each prompt's last token (U, V), attention mask (U, L),
     position of each prompt's last token (U,)).
@@ -326,7 +326,7 @@ def _completion_logps(
 def shared_prefix_backend(backend: Any) -> Any:
     """An `HFBackend` whose `generate` runs each distinct prompt of a batch once (see below); other
     backends are returned unchanged."""
-    from agentrl.agents.backends import HFBackend, _common_prefix_length
+    from agentrl.agents.backends import HFBackend
 
     if type(backend) is not HFBackend:
         return backend
@@ -341,7 +341,6 @@ def shared_prefix_backend(backend: Any) -> Any:
         #: single-token answers: first-token logits of every prompt seen since the weights last changed
         _memo: dict[tuple[int, ...], torch.Tensor]
         _memo_key: tuple[int, int, int] | None = None
-        _memo_prefix: tuple[list[int], list] | None = None
 
         def generate(self, prompts: list[list[int]], sampling: Any, *, seed: int | None = None) -> list[Any]:
             if not prompts:
@@ -361,27 +360,16 @@ def shared_prefix_backend(backend: Any) -> Any:
             self.model.eval()
             try:
                 with torch.no_grad():
-                    cache, logits, mask, position = prefill_shared(
-                        self.model, [list(k) for k in keys], self.pad_id
-                    )
+                    cache, logits, mask, position = self._prefill([list(k) for k in keys])
                     cache.batch_select_indices(inverse)
                     logits, mask, position = logits[inverse], mask[inverse], position[inverse]
                     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
                     tokens, logps = [], []
                     for step in range(sampling.max_new_tokens):
-                        scores = logits.float()
-                        temperature = sampling.temperature if sampling.do_sample else 1.0
-                        log_probs = torch.log_softmax(scores / temperature, dim=-1)
-                        if sampling.do_sample:
-                            warped = _top_k_top_p(scores / temperature, sampling.top_k, sampling.top_p)
-                            chosen = torch.multinomial(
-                                torch.softmax(warped, -1), 1, generator=generator
-                            ).squeeze(1)
-                        else:
-                            chosen = scores.argmax(-1)
+                        chosen, logp = _sample(logits.float(), sampling, generator)
                         chosen = torch.where(done, torch.full_like(chosen, self.pad_id), chosen)
                         tokens.append(chosen)
-                        logps.append(log_probs.gather(1, chosen[:, None]).squeeze(1))
+                        logps.append(logp)
                         done |= torch.isin(chosen, eos)
                         if sampling.stop:
                             tails = torch.stack(tokens[-8:], 1).tolist()
@@ -413,16 +401,14 @@ def shared_prefix_backend(backend: Any) -> Any:
             per rollout instead of once per step. Exact: the memo is dropped when any parameter changes."""
             key = self._weights_key()
             if self._memo_key != key:
-                self._memo, self._memo_key, self._memo_prefix = {}, key, None
+                self._memo, self._memo_key = {}, key
             missing = list(dict.fromkeys(tuple(p) for p in prompts if tuple(p) not in self._memo))
             if missing:
                 was_training = self.model.training
                 self.model.eval()
                 try:
                     with torch.no_grad():
-                        rows = [list(k) for k in missing]
-                        prefix = self._head_states(rows)
-                        _, logits, _, _ = prefill_shared(self.model, rows, self.pad_id, prefix)
+                        _, logits, _, _ = self._prefill([list(k) for k in missing])
                 finally:
                     self.model.train(was_training)
                 self._memo.update(zip(missing, logits.float(), strict=True))
@@ -430,35 +416,16 @@ def shared_prefix_backend(backend: Any) -> Any:
             generator = None
             if seed is not None and sampling.do_sample:
                 generator = torch.Generator(device=scores.device).manual_seed(int(seed))
-            temperature = sampling.temperature if sampling.do_sample else 1.0
-            log_probs = torch.log_softmax(scores / temperature, dim=-1)
-            if sampling.do_sample:
-                warped = _top_k_top_p(scores / temperature, sampling.top_k, sampling.top_p)
-                chosen = torch.multinomial(torch.softmax(warped, -1), 1, generator=generator).squeeze(1)
-            else:
-                chosen = scores.argmax(-1)
-            return self._trim(chosen[:, None], log_probs.gather(1, chosen[:, None]), sampling)
+            chosen, logp = _sample(scores, sampling, generator)
+            return self._trim(chosen[:, None], logp[:, None], sampling)
 
-        def _head_states(self, prompts: list[list[int]]) -> tuple[int, list] | None:
-            """The KV states of the prompts' shared head (chat template + instructions), computed once
-            per weights and reused by later calls (None when the head is too short to be worth it)."""
-            heads = [p[:-1] for p in prompts]  # every prompt keeps a token of its own
-            if self._memo_prefix is not None:
-                ids, states = self._memo_prefix
-                shared = _common_prefix_length([*heads, ids])
-                if shared >= MIN_SHARED_PREFIX:
-                    return shared, states
-            common = _common_prefix_length(heads)
-            if common < MIN_SHARED_PREFIX:
-                return None
-            out = self.model(
-                input_ids=torch.tensor([heads[0][:common]], device=self.device),
-                use_cache=True,
-                logits_to_keep=1,
+        def _prefill(self, prompts: list[list[int]]) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+            """`prefill_shared` on top of HFBackend's kept KV states of the prompts' shared head (chat
+            template + instructions), computed once per weights instead of once per call."""
+            shared = self._shared_prefix(prompts)
+            return prefill_shared(
+                self.model, prompts, self.pad_id, (shared, self._prefix_states) if shared else None
             )
-            states = [(layer.keys, layer.values) for layer in _output_cache(out).layers]
-            self._memo_prefix = (heads[0][:common], states)
-            return common, states
 
         def _trim(self, tokens: torch.Tensor, logps: torch.Tensor, sampling: Any) -> list[Any]:
             results = []
@@ -482,6 +449,19 @@ def _cache_kwarg(model: Any) -> str:
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+
+
+def _sample(scores: torch.Tensor, sampling: Any, generator: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row (top-k/top-p sampling, or greedy), and its log_softmax(scores / T) before
+    top-k/top-p, as HFBackend records it."""
+    temperature = sampling.temperature if sampling.do_sample else 1.0
+    log_probs = torch.log_softmax(scores / temperature, dim=-1)
+    if sampling.do_sample:
+        warped = _top_k_top_p(scores / temperature, sampling.top_k, sampling.top_p)
+        chosen = torch.multinomial(torch.softmax(warped, -1), 1, generator=generator).squeeze(1)
+    else:
+        chosen = scores.argmax(-1)
+    return chosen, log_probs.gather(1, chosen[:, None]).squeeze(1)
 
 
 def _top_k_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
