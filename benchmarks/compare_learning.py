@@ -20,25 +20,13 @@ import argparse
 import json
 from pathlib import Path
 
+from learn_frozenlake import times_to_target  # this script's directory is on sys.path
+
 
 def load(run: Path) -> tuple[dict, list[dict]]:
     summary = json.loads((run / "learn_summary.json").read_text())
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return summary, rows
-
-
-def times_to_target(summary: dict, rows: list[dict]) -> tuple[dict | None, dict | None]:
-    """The metrics rows of the first periodic greedy eval at the target, and of the first one from which
-    every later eval (and the final one) stays there."""
-    target = summary.get("target", 0.9)
-    evals = [r for r in rows if r.get("eval/success_rate") is not None]
-    first = next((r for r in evals if r["eval/success_rate"] >= target), None)
-    stable = None
-    if summary["after_success_rate"] >= target:
-        stable = next(
-            (r for k, r in enumerate(evals) if all(e["eval/success_rate"] >= target for e in evals[k:])), None
-        )
-    return first, stable
 
 
 def ratio(value: float | None, reference: float | None) -> str:
@@ -66,7 +54,10 @@ def main() -> None:
     def cell(row: dict | None) -> str:
         return "not reached" if row is None else f"{minutes(row)} min (iteration {row['iteration']})"
 
-    reached = [times_to_target(summary, rows) for summary, rows in loaded]
+    reached = [
+        times_to_target(rows, summary.get("target", 0.9), summary["after_success_rate"])
+        for summary, rows in loaded
+    ]
     print(
         "| run | greedy success before -> after | iterations | first eval at target | stays at target from "
         "| time to stay, vs first run |"

@@ -65,6 +65,19 @@ def plot(rows: list[dict], before: float | None, path: Path, title: str) -> None
     plt.close(fig)
 
 
+def times_to_target(rows: list[dict], target: float, final_success: float) -> tuple[dict | None, dict | None]:
+    """The metrics rows of the first periodic greedy eval at `target`, and of the first one from which
+    every later eval (and the final one, `final_success`) stays there."""
+    evals = [r for r in rows if r.get("eval/success_rate") is not None]
+    first = next((r for r in evals if r["eval/success_rate"] >= target), None)
+    stable = None
+    if final_success >= target:
+        stable = next(
+            (r for k, r in enumerate(evals) if all(e["eval/success_rate"] >= target for e in evals[k:])), None
+        )
+    return first, stable
+
+
 def greedy_policy_map(cfg, model_dir: Path) -> dict[str, str]:  # noqa: ANN001
     """The trained model's greedy move on every safe cell of the map ("row,col" -> move or "invalid"):
     shows what was learned beyond the one evaluated path."""
@@ -144,15 +157,7 @@ def main() -> None:
 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     before = (result.get("before") or {}).get("success_rate")
-    reached = next((r for r in rows if (r.get("eval/success_rate") or 0) >= args.target), None)
-    # the first periodic eval from which every later one (and the final eval) stays at the target
-    evals = [r for r in rows if r.get("eval/success_rate") is not None]
-    stable = None
-    if result["success_rate"] >= args.target:
-        for k, r in enumerate(evals):
-            if all(e["eval/success_rate"] >= args.target for e in evals[k:]):
-                stable = r
-                break
+    reached, stable = times_to_target(rows, args.target, result["success_rate"])
     summary = {
         "target": args.target,
         "before_success_rate": before,
