@@ -173,25 +173,19 @@ class OneStepEnv(TextEnv):
         return float(index == 1), True, index == 1, {}
 
 
-def _prob_of_right(model: Any, tokenizer: Any, cfg: Any) -> float:
-    """P(completion starts with "right" | prompt) vs "left": the policy's preference, renormalised."""
-    import numpy as np
-
+def _prob_of_right(model: Any, tokenizer: Any, cfg: Any, env: TextEnv) -> float:
+    """P(completion starts with " right" | the prompt for `env`'s current observation) vs " left" (the
+    words after the prefill "I move"): the policy's preference, renormalised over the two moves."""
     from agentrl.agents.llm import TextInterface
     from agentrl.rollout import StepContext
 
-    env = OneStepEnv()
-    obs, info = env.reset(seed=0)
     interface = TextInterface.from_cfg(cfg.agent)
-    prompt = interface.render(
-        interface.messages(StepContext(env, obs, info, [], np.random.default_rng(0), 0)), tokenizer
-    )
-    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids
+    ctx = StepContext(env, env.render_text(), {}, [], None, 0)
+    ids = tokenizer(interface.render(interface.messages(ctx), tokenizer), add_special_tokens=False).input_ids
     with torch.no_grad():
-        logp = torch.log_softmax(model(ids).logits[0, -1].float(), -1)
-    right = tokenizer(" right", add_special_tokens=False).input_ids[0]  # after the prefill "I move"
-    left = tokenizer(" left", add_special_tokens=False).input_ids[0]
-    return float(torch.softmax(torch.stack([logp[left], logp[right]]), 0)[1])
+        logits = model(torch.tensor([ids])).logits[0, -1].float()
+    moves = [tokenizer(word, add_special_tokens=False).input_ids[0] for word in (" left", " right")]
+    return float(torch.softmax(logits[moves], 0)[1])
 
 
 @pytest.mark.slow
@@ -219,11 +213,13 @@ def test_policy_learns_the_rewarded_action(tmp_path, monkeypatch):
         gradient_accumulation_steps=1,
     )
     cfg.agent.prefill = "I move"
+    env = OneStepEnv()
+    env.reset(seed=0)
     base, tokenizer = load_model(cfg.model)
-    before = _prob_of_right(base, tokenizer, cfg)
+    before = _prob_of_right(base, tokenizer, cfg, env)
     train_msgrpo(cfg, tmp_path)
     trained, _ = load_model({**OmegaConf.to_container(cfg.model), "name_or_path": str(tmp_path / "final")})
-    after = _prob_of_right(trained, tokenizer, cfg)
+    after = _prob_of_right(trained, tokenizer, cfg, env)
     assert after > before + 0.1, (before, after)
 
 
@@ -268,9 +264,7 @@ def test_policy_becomes_state_dependent(tmp_path, monkeypatch):
     valid word is commonest, in both rooms); measured here: training success 0.22 -> 0.97 in 25
     iterations, ~90 s on one thread."""
     pytest.importorskip("gguf")
-    from agentrl.agents.llm import TextInterface
     from agentrl.models import load_model
-    from agentrl.rollout import StepContext
 
     monkeypatch.setitem(
         ENV_SPECS,
@@ -296,22 +290,13 @@ def test_policy_becomes_state_dependent(tmp_path, monkeypatch):
     cfg.agent.sampling.max_new_tokens = 1
 
     def p_correct(model: Any, tokenizer: Any) -> dict[str, float]:
-        interface = TextInterface.from_cfg(cfg.agent)
-        left = tokenizer(" left", add_special_tokens=False).input_ids[0]
-        right = tokenizer(" right", add_special_tokens=False).input_ids[0]
         out = {}
-        for room, good in (("A", 0), ("B", 1)):
+        for room in "AB":
             env = TwoRoomsEnv()
             env.reset(seed=0)
             env.room = room
-            ctx = StepContext(env, env.render_text(), {}, [], None, 0)
-            ids = tokenizer(
-                interface.render(interface.messages(ctx), tokenizer), add_special_tokens=False
-            ).input_ids
-            with torch.no_grad():
-                logits = model(torch.tensor([ids])).logits[0, -1].float()
-            pair = torch.softmax(logits[[left, right]], 0)
-            out[room] = float(pair[good])
+            right = _prob_of_right(model, tokenizer, cfg, env)
+            out[room] = right if room == "B" else 1.0 - right
         return out
 
     base, tokenizer = load_model(cfg.model)
