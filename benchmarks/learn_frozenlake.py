@@ -78,23 +78,15 @@ def times_to_target(rows: list[dict], target: float, final_success: float) -> tu
     return first, stable
 
 
-def greedy_policy_map(cfg, model_dir: Path) -> dict[str, str]:  # noqa: ANN001
-    """The trained model's greedy move on every safe cell of the map ("row,col" -> move or "invalid"):
-    shows what was learned beyond the one evaluated path."""
-    import dataclasses
-
+def cell_contexts(cfg) -> tuple[list[str], list]:  # noqa: ANN001
+    """One step context per safe cell of the map ("row,col" names and contexts), as if the player stood there."""
     import numpy as np
 
-    from agentrl.agents.llm import build_llm_agent
     from agentrl.evaluation import env_factory
-    from agentrl.models import load_model
     from agentrl.rollout import StepContext
 
-    model, tokenizer = load_model({**dict(cfg.model), "name_or_path": str(model_dir)})
-    agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
-    agent.sampling = dataclasses.replace(agent.sampling, temperature=0.0)
     make_env = env_factory(cfg.env)
-    contexts, cells = [], []
+    cells, contexts = [], []
     for r, row in enumerate(make_env().rows):
         for c, tile in enumerate(row):
             if tile in "SF":
@@ -104,6 +96,21 @@ def greedy_policy_map(cfg, model_dir: Path) -> dict[str, str]:  # noqa: ANN001
                 obs, info = env.render_text(), env._info(success=False)
                 contexts.append(StepContext(env, obs, info, [], np.random.default_rng(0), len(cells)))
                 cells.append(f"{r},{c}")
+    return cells, contexts
+
+
+def greedy_policy_map(cfg, model_dir: Path) -> dict[str, str]:  # noqa: ANN001
+    """The trained model's greedy move on every safe cell of the map ("row,col" -> move or "invalid"):
+    shows what was learned beyond the one evaluated path."""
+    import dataclasses
+
+    from agentrl.agents.llm import build_llm_agent
+    from agentrl.models import load_model
+
+    model, tokenizer = load_model({**dict(cfg.model), "name_or_path": str(model_dir)})
+    agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
+    agent.sampling = dataclasses.replace(agent.sampling, temperature=0.0)
+    cells, contexts = cell_contexts(cfg)
     decisions = agent.act(contexts)
     return {
         cell: (contexts[0].env.action_names[d.action] if d.valid else "invalid")
