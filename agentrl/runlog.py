@@ -1,4 +1,5 @@
-"""What a run writes while it runs: metrics.jsonl + TensorBoard, rich progress, atomic directories."""
+"""What a run writes while it runs: metrics.jsonl + TensorBoard, rich progress, and the one place that
+writes files atomically and finds checkpoints."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -101,9 +103,6 @@ class _Progress:
     def advance(self, line: str = "", n: int = 1) -> None:
         self._bar.update(self._task, advance=n, metrics=line)
 
-    def set_total(self, total: int | None) -> None:
-        self._bar.update(self._task, total=total)
-
 
 @contextlib.contextmanager
 def progress(description: str, total: int | None) -> Iterator[_Progress]:
@@ -160,9 +159,56 @@ def atomic_dir(final_path: Path) -> Iterator[Path]:
         os.replace(tmp, final_path)
 
 
+@contextlib.contextmanager
+def atomic_file(final_path: Path) -> Iterator[Path]:
+    """Yield a temporary sibling path (same suffix, so libraries that add extensions keep it); on
+    success it replaces `final_path` in one rename, so a reader never sees a half-written file."""
+    final_path = Path(final_path)
+    tmp = final_path.with_name(f".tmp-{os.getpid()}-{final_path.name}")
+    try:
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, final_path)
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temp file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_file(Path(path)) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n", encoding="utf-8")
+
+
+# Checkpoints are `checkpoint-<N>` directories (HF trainers) or `checkpoint-<N>.zip` files (SB3). Both
+# appear only by rename after they are fully written, so a listed checkpoint is complete.
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)(\.zip)?$")
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(N, path) of every checkpoint in `run_dir`, oldest first."""
+    found = []
+    for path in Path(run_dir).glob("checkpoint-*"):
+        match = CHECKPOINT_RE.match(path.name)
+        if match and (path.is_file() if match.group(2) else path.is_dir()):
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def newest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint with the highest N, or None."""
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def prune_checkpoints(run_dir: Path, keep: int) -> None:
+    """Delete all but the newest `keep` (at least one) checkpoints, with their side files
+    (`checkpoint-<N>.json`, `checkpoint-<N>.replay.pkl`)."""
+    found = list_checkpoints(run_dir)
+    for step, path in found[: max(len(found) - max(keep, 1), 0)]:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        for side in Path(run_dir).glob(f"checkpoint-{step}.*"):
+            if side.is_file():
+                side.unlink(missing_ok=True)

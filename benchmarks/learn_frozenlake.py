@@ -83,7 +83,7 @@ def cell_contexts(cfg) -> tuple[list[str], list]:  # noqa: ANN001
     import numpy as np
 
     from agentrl.evaluation import env_factory
-    from agentrl.rollout import StepContext
+    from agentrl.types import StepContext
 
     make_env = env_factory(cfg.env)
     cells, contexts = [], []

@@ -51,7 +51,7 @@ def main() -> None:
     from omegaconf import OmegaConf
     from trl import GRPOConfig, GRPOTrainer
 
-    from agentrl.algos.msgrpo import StepSample
+    from agentrl.types import StepSample
     from agentrl.models import load_model
     from agentrl.trainers.multistep_grpo import _trainer_class, pack_samples
 

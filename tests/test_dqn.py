@@ -15,7 +15,7 @@ from agentrl.config import compose_config
 from agentrl.envs import make_env
 from agentrl.errors import ConfigError
 from agentrl.evaluation import env_factory, eval_seeds, evaluate
-from agentrl.rollout import StepContext
+from agentrl.types import StepContext
 from agentrl.trainers.dqn import (
     DQNAgent,
     list_checkpoints,

@@ -9,7 +9,8 @@ from omegaconf import OmegaConf
 
 from agentrl.agents.baselines import RandomAgent
 from agentrl.evaluation import env_factory, episode_metrics, eval_seeds, evaluate, write_eval
-from agentrl.rollout import Episode, Generation, Step, rollout
+from agentrl.types import Episode, Generation, Step
+from agentrl.rollout import rollout
 
 
 def _step(reward: float, valid: bool = True, gen: Generation | None = None) -> Step:

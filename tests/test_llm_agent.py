@@ -18,7 +18,8 @@ from agentrl.agents.llm import LLMAgent, TextInterface, build_llm_agent, format_
 from agentrl.envs.base import TextEnv
 from agentrl.errors import ConfigError, UnknownChoiceError
 from agentrl.models import load_model
-from agentrl.rollout import Step, StepContext, rollout
+from agentrl.types import Step, StepContext
+from agentrl.rollout import rollout
 
 torch.set_num_threads(1)
 

@@ -15,7 +15,7 @@ from agentrl.algos.msgrpo import (
     zero_variance_groups,
 )
 from agentrl.errors import ConfigError
-from agentrl.rollout import Episode, Generation, Step
+from agentrl.types import Episode, Generation, Step
 
 
 def make_episode(rewards: list[float], group_id: int, with_generation: bool = True) -> Episode:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from agentrl.algos.msgrpo import StepSample
+from agentrl.types import StepSample
 from agentrl.envs import ENV_SPECS, EnvSpec, make_env
 from agentrl.envs.base import TextEnv
 from agentrl.trainers.multistep_grpo import (
@@ -177,7 +177,7 @@ def _prob_of_right(model: Any, tokenizer: Any, cfg: Any, env: TextEnv) -> float:
     """P(completion starts with " right" | the prompt for `env`'s current observation) vs " left" (the
     words after the prefill "I move"): the policy's preference, renormalised over the two moves."""
     from agentrl.agents.llm import TextInterface
-    from agentrl.rollout import StepContext
+    from agentrl.types import StepContext
 
     interface = TextInterface.from_cfg(cfg.agent)
     ctx = StepContext(env, env.render_text(), {}, [], None, 0)

@@ -12,7 +12,8 @@ from agentrl.agents.planning_games import tictactoe_action, ucb1_action
 from agentrl.envs import make_env
 from agentrl.envs.bandit import BanditEnv
 from agentrl.envs.tictactoe import TicTacToeEnv
-from agentrl.rollout import StepContext, rollout
+from agentrl.types import StepContext
+from agentrl.rollout import rollout
 
 
 def _ctx(env, state: dict) -> StepContext:

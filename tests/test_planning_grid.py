@@ -8,7 +8,8 @@ import pytest
 from agentrl.agents.baselines import PlannerAgent, RandomAgent
 from agentrl.agents.planning_grid import frozenlake_action, snake_action
 from agentrl.envs import make_env
-from agentrl.rollout import StepContext, rollout
+from agentrl.types import StepContext
+from agentrl.rollout import rollout
 
 
 def mean_return(episodes) -> float:

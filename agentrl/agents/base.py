@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from agentrl.rollout import Decision, StepContext
+from agentrl.types import Decision, StepContext
 
 
 class Agent(ABC):

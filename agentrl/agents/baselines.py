@@ -8,7 +8,7 @@ from typing import Any
 
 from agentrl.agents.base import PolicyAgent
 from agentrl.errors import UnknownChoiceError
-from agentrl.rollout import StepContext
+from agentrl.types import StepContext
 
 # env name -> "module:function" with signature (ctx: StepContext, **options) -> action index.
 PLANNERS: dict[str, str] = {

@@ -30,7 +30,7 @@ import numpy as np
 from agentrl.agents.backends import Backend, SamplingConfig, build_backend
 from agentrl.agents.base import Agent
 from agentrl.errors import ConfigError, UnknownChoiceError
-from agentrl.rollout import Decision, Generation, StepContext
+from agentrl.types import Decision, Generation, StepContext
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from agentrl.envs.tictactoe import perfect_move
-from agentrl.rollout import StepContext
+from agentrl.types import StepContext
 
 
 def ucb1_action(ctx: StepContext, ucb_c: float = 2.0, **options: Any) -> int:

@@ -16,7 +16,7 @@ import numpy as np
 
 from agentrl.envs.frozenlake import FrozenLakeEnv, transition_model
 from agentrl.envs.snake import DIRECTIONS, SnakeEnv
-from agentrl.rollout import StepContext
+from agentrl.types import StepContext
 
 Cell = tuple[int, int]
 

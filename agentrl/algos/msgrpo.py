@@ -16,25 +16,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from agentrl.errors import ConfigError
-from agentrl.rollout import Episode
-
-
-@dataclass
-class StepSample:
-    """One training row: the prompt of one step, what the policy generated there, and its advantage."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    #: sampling log-probs of the completion tokens (None when the backend gave none)
-    old_logprobs: list[float] | None
-    advantage: float
-    episode_index: int
-    step_index: int
+from agentrl.types import Episode, StepSample
 
 
 def _groups(episodes: Sequence[Episode]) -> dict[int, list[int]]:

@@ -32,7 +32,7 @@ import numpy as np
 from agentrl.agents.base import PolicyAgent
 from agentrl.envs import NumericObservation, TextEnv, make_env
 from agentrl.errors import ConfigError, RunDirError
-from agentrl.rollout import Decision, StepContext
+from agentrl.types import Decision, StepContext
 
 log = logging.getLogger(__name__)
 
