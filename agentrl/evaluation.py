@@ -8,23 +8,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from agentrl.envs import TextEnv, make_env
+from agentrl.envs import TextEnv
 from agentrl.rollout import Episode, rollout
 from agentrl.runlog import progress, write_json
-
-
-def env_kwargs(env_cfg: DictConfig | dict) -> dict[str, Any]:
-    data = OmegaConf.to_container(env_cfg, resolve=True) if isinstance(env_cfg, DictConfig) else dict(env_cfg)
-    return {k: v for k, v in data.items() if k != "name"}
-
-
-def env_factory(env_cfg: DictConfig | dict) -> Callable[[], TextEnv]:
-    """A zero-argument env constructor; builds one env now so a bad env option fails early."""
-    name, kwargs = env_cfg["name"], env_kwargs(env_cfg)
-    make_env(name, **kwargs).close()
-    return lambda: make_env(name, **kwargs)
 
 
 def eval_seeds(cfg: DictConfig) -> list[int]:

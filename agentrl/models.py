@@ -21,13 +21,13 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import shutil
-import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentrl.config import typed
+from agentrl.config.schema import LoRAConfig, ModelConfig
 from agentrl.errors import ConfigError, ModelLoadError
+from agentrl.runlog import atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -41,22 +41,15 @@ TINY_RANDOM_SEED = 0
 _COMPLETE_MARKER = "agentrl-complete"
 
 
-# ---- config helpers --------------------------------------------------------------------------------
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    """Read a key from a dict, DictConfig or attribute object; missing or None -> default."""
-    if cfg is None:
-        return default
-    if isinstance(cfg, Mapping) or hasattr(cfg, "get"):
-        value = cfg.get(key, default)
-    else:
-        value = getattr(cfg, key, default)
-    return default if value is None else value
+# ---- config --------------------------------------------------------------------------------------
+def model_config(model_cfg: Any) -> ModelConfig:
+    """The typed `model` config (a composed node, a dict of ModelConfig keys, or a ModelConfig)."""
+    return model_cfg if isinstance(model_cfg, ModelConfig) else typed(model_cfg, ModelConfig)
 
 
-def cache_root(model_cfg: Any = None) -> Path:
+def cache_root(cache_dir: str | None = None) -> Path:
     """Root of agentrl's cache: `model.cache_dir`, else $AGENTRL_CACHE, else ~/.cache/agentrl."""
-    root = _get(model_cfg, "cache_dir") or os.environ.get("AGENTRL_CACHE") or "~/.cache/agentrl"
-    return Path(root).expanduser()
+    return Path(cache_dir or os.environ.get("AGENTRL_CACHE") or "~/.cache/agentrl").expanduser()
 
 
 def resolve_device(device: str | None = "auto") -> str:
@@ -110,23 +103,10 @@ def _is_complete(path: Path) -> bool:
 
 def _atomic_build(target: Path, build: Any) -> Path:
     """Run `build(tmp_dir)` and rename tmp_dir to `target`; reuse `target` if it is already complete."""
-    if _is_complete(target):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared
-    try:
-        build(tmp)
-        (tmp / _COMPLETE_MARKER).write_text("ok\n")
-        if target.exists() and not _is_complete(target):
-            shutil.rmtree(target, ignore_errors=True)  # a leftover from an older, interrupted layout
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not _is_complete(target):  # another process won the race with a complete cache: fine
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if not _is_complete(target):
+        with atomic_dir(target) as tmp:
+            build(tmp)
+            (tmp / _COMPLETE_MARKER).write_text("ok\n")
     return target
 
 
@@ -151,9 +131,9 @@ def _save_plain(model: Any, tokenizer: Any, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def ensure_smollm2(model_cfg: Any = None) -> Path:
+def ensure_smollm2(cache_dir: str | None = None) -> Path:
     """Path of the cached safetensors copy of the embedded SmolLM2-135M-Instruct; convert it if needed."""
-    target = cache_root(model_cfg) / "models" / "smollm2-135m"
+    target = cache_root(cache_dir) / "models" / "smollm2-135m"
     if _is_complete(target):
         return target
     gguf_dir = smollm2_gguf_dir()
@@ -171,11 +151,11 @@ def ensure_smollm2(model_cfg: Any = None) -> Path:
     return _atomic_build(target, build)
 
 
-def _smollm2_tokenizer(model_cfg: Any = None) -> Any:
+def _smollm2_tokenizer(cache_dir: str | None = None) -> Any:
     """The SmolLM2 tokenizer: from the converted cache if present, else straight from the GGUF (~4 s)."""
     from transformers import AutoTokenizer
 
-    cached = cache_root(model_cfg) / "models" / "smollm2-135m"
+    cached = cache_root(cache_dir) / "models" / "smollm2-135m"
     if _is_complete(cached):
         return AutoTokenizer.from_pretrained(cached)
     return AutoTokenizer.from_pretrained(smollm2_gguf_dir(), gguf_file=SMOLLM2_GGUF)
@@ -200,9 +180,9 @@ def tiny_random_config(tokenizer: Any) -> Any:
     )
 
 
-def ensure_tiny_random(model_cfg: Any = None) -> Path:
+def ensure_tiny_random(cache_dir: str | None = None) -> Path:
     """Path of the cached tiny random model (built in seconds from a fixed seed)."""
-    target = cache_root(model_cfg) / "models" / f"tiny-random-v{TINY_RANDOM_VERSION}"
+    target = cache_root(cache_dir) / "models" / f"tiny-random-v{TINY_RANDOM_VERSION}"
     if _is_complete(target):
         return target
 
@@ -210,7 +190,7 @@ def ensure_tiny_random(model_cfg: Any = None) -> Path:
         import torch
         from transformers import LlamaForCausalLM
 
-        tokenizer = _smollm2_tokenizer(model_cfg)
+        tokenizer = _smollm2_tokenizer(cache_dir)
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(TINY_RANDOM_SEED)
         try:
@@ -226,15 +206,16 @@ def ensure_tiny_random(model_cfg: Any = None) -> Path:
 
 def resolve_name_or_path(model_cfg: Any) -> str:
     """Where `from_pretrained` should look: builtin models are converted/built into the cache first."""
-    name_or_path = str(_get(model_cfg, "name_or_path", "") or "")
+    model_cfg = model_config(model_cfg)
+    name_or_path = model_cfg.name_or_path or ""
     if not name_or_path:
         raise ConfigError("model.name_or_path is empty; set it to a hub id, a local dir or builtin:<name>")
     if name_or_path.startswith(BUILTIN_PREFIX):
         builtin = name_or_path[len(BUILTIN_PREFIX) :]
         if builtin == "smollm2-135m":
-            return str(ensure_smollm2(model_cfg))
+            return str(ensure_smollm2(model_cfg.cache_dir))
         if builtin == "tiny-random":
-            return str(ensure_tiny_random(model_cfg))
+            return str(ensure_tiny_random(model_cfg.cache_dir))
         raise ConfigError(f"unknown builtin model {builtin!r}; valid: smollm2-135m, tiny-random")
     return os.path.expanduser(name_or_path)
 
@@ -252,14 +233,13 @@ def load_tokenizer(model_cfg: Any) -> Any:
     """The tokenizer of `model_cfg` (left padding, pad token set)."""
     from transformers import AutoTokenizer
 
+    model_cfg = model_config(model_cfg)
     path = resolve_name_or_path(model_cfg)
     adapter_base = _adapter_base(path)
     if adapter_base is not None and not (Path(path) / "tokenizer_config.json").is_file():
         path = adapter_base
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            path, trust_remote_code=bool(_get(model_cfg, "trust_remote_code", False))
-        )
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model_cfg.trust_remote_code)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load the tokenizer of {path!r}: {exc}") from exc
     return _prepare_tokenizer(tokenizer)
@@ -284,15 +264,13 @@ def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = Fal
     """
     from transformers import AutoModelForCausalLM
 
+    model_cfg = model_config(model_cfg)
     if device in (None, "", "auto"):
-        device = _get(model_cfg, "device", "auto")
+        device = model_cfg.device
     device = resolve_device(device)
-    dtype = resolve_dtype(_get(model_cfg, "dtype", "auto"), device)
-    options: dict[str, Any] = {
-        "dtype": dtype,
-        "trust_remote_code": bool(_get(model_cfg, "trust_remote_code", False)),
-    }
-    device_map = _get(model_cfg, "device_map")
+    dtype = resolve_dtype(model_cfg.dtype, device)
+    options: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model_cfg.trust_remote_code}
+    device_map = model_cfg.device_map
     if device_map:  # sharded over several GPUs by accelerate; `device` is then ignored
         options["device_map"] = device_map
     path = resolve_name_or_path(model_cfg)
@@ -312,41 +290,65 @@ def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = Fal
     tokenizer = load_tokenizer(model_cfg)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    lora_cfg = _get(model_cfg, "lora")
-    if for_training and adapter_base is None and int(_get(lora_cfg, "r", 0)) > 0:
-        model = apply_lora(model, lora_cfg)
+    if for_training and adapter_base is None and model_cfg.lora.r > 0:
+        model = apply_lora(model, model_cfg.lora)
     model.train(for_training)
-    log.info("Loaded %s (%s, %s) on %s", _get(model_cfg, "name", path), path, dtype, device)
+    log.info("Loaded %s (%s, %s) on %s", model_cfg.name, path, dtype, device)
     return model, tokenizer
 
 
-def apply_lora(model: Any, lora_cfg: Any) -> Any:
+def apply_lora(model: Any, lora_cfg: LoRAConfig) -> Any:
     """Wrap `model` with a PEFT LoRA adapter (r, alpha, dropout, target_modules from `lora_cfg`)."""
     from peft import LoraConfig, get_peft_model
 
-    r = int(_get(lora_cfg, "r", 0))
-    if r <= 0:
+    if lora_cfg.r <= 0:
         raise ConfigError("model.lora.r must be > 0 to apply LoRA")
-    targets = _get(lora_cfg, "target_modules", "all-linear")
+    targets = lora_cfg.target_modules
     if not isinstance(targets, str):
         targets = [str(t) for t in targets]
     config = LoraConfig(
-        r=r,
-        lora_alpha=int(_get(lora_cfg, "alpha", 2 * r)),
-        lora_dropout=float(_get(lora_cfg, "dropout", 0.0)),
+        r=lora_cfg.r,
+        lora_alpha=lora_cfg.alpha,
+        lora_dropout=lora_cfg.dropout,
         target_modules=targets,
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, config)
 
 
+def freeze_layers(model: Any, trainable_layers: int | None) -> int:
+    """Full fine-tuning of the top `trainable_layers` decoder layers (and the final norm) only: embeddings
+    and lower layers are frozen, so the backward pass stops early. None or <= 0 leaves the model as it
+    is. Returns the number of trainable parameters."""
+    if trainable_layers is None or int(trainable_layers) <= 0:
+        return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    base = getattr(model, "model", None)
+    layers = getattr(base, "layers", None)
+    if layers is None:
+        raise ConfigError(
+            "algo.trainable_layers needs a decoder with model.layers (Llama/Qwen/Mistral style)"
+        )
+    for param in model.parameters():
+        param.requires_grad_(False)
+    for layer in list(layers)[-int(trainable_layers) :]:
+        for param in layer.parameters():
+            param.requires_grad_(True)
+    norm = getattr(base, "norm", None)
+    if norm is not None:
+        for param in norm.parameters():
+            param.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 __all__ = [
     "apply_lora",
+    "freeze_layers",
     "cache_root",
     "ensure_smollm2",
     "ensure_tiny_random",
     "load_model",
     "load_tokenizer",
+    "model_config",
     "resolve_device",
     "resolve_dtype",
     "resolve_name_or_path",

@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 
 from agentrl.envs.base import TextEnv
-from agentrl.types import Agent, Decision, Episode, Generation, Step, StepContext
-
+from agentrl.types import Agent, Episode, Step, StepContext
 
 EnvFactory = Callable[[], TextEnv]
 
@@ -47,11 +46,13 @@ def rollout(
     progress: Any = None,
     lockstep: bool = True,
     agent_seed: int = 0,
+    reset_options: dict[str, Any] | None = None,
 ) -> list[Episode]:
     """Play one episode per seed. `lockstep=True` advances all episodes together with one
     `agent.act` call per step; `lockstep=False` plays them one at a time (for benchmarks).
 
-    `progress` is an optional `runlog.progress` bar, advanced as episodes finish.
+    `progress` is an optional `runlog.progress` bar, advanced as episodes finish. `reset_options` go to
+    every `env.reset` (e.g. a training curriculum's start rule).
     """
     import time
 
@@ -63,7 +64,7 @@ def rollout(
     batches = [list(range(len(seeds)))] if lockstep else [[i] for i in range(len(seeds))]
     episodes: list[Episode | None] = [None] * len(seeds)
     for batch in batches:
-        for i, ep in _lockstep(make_env, agent, seeds, group_ids, batch, agent_seed, stats):
+        for i, ep in _lockstep(make_env, agent, seeds, group_ids, batch, agent_seed, stats, reset_options):
             episodes[i] = ep
             stats.episodes += 1
             stats.successes += int(ep.success)
@@ -72,13 +73,13 @@ def rollout(
     return [ep for ep in episodes if ep is not None]
 
 
-def _lockstep(make_env, agent, seeds, group_ids, indices, agent_seed, stats):
+def _lockstep(make_env, agent, seeds, group_ids, indices, agent_seed, stats, reset_options):
     envs = {i: make_env() for i in indices}
     episodes = {i: Episode(seed=int(seeds[i]), group_id=int(group_ids[i])) for i in indices}
     rngs = {i: np.random.default_rng([agent_seed, int(seeds[i]), i]) for i in indices}
     current: dict[int, tuple[str, dict]] = {}
     for i in indices:
-        current[i] = envs[i].reset(seed=int(seeds[i]))
+        current[i] = envs[i].reset(seed=int(seeds[i]), options=reset_options)
     active = list(indices)
     while active:
         contexts = [
@@ -116,3 +117,47 @@ def _lockstep(make_env, agent, seeds, group_ids, indices, agent_seed, stats):
                 current[i] = (obs, info)
                 still_active.append(i)
         active = still_active
+
+
+def informative_group_count(episodes: Sequence[Episode], tol: float = 1e-9) -> int:
+    """Groups whose episodes do not all have the same return (the others carry no group-relative
+    learning signal)."""
+    returns: dict[int, list[float]] = {}
+    for episode in episodes:
+        returns.setdefault(episode.group_id, []).append(episode.episode_return)
+    return sum(max(r) - min(r) > tol for r in returns.values())
+
+
+def collect_groups(
+    make_env: EnvFactory,
+    agent: Agent,
+    *,
+    group_seeds: Callable[[int], list[int]],
+    group_size: int,
+    agent_seed: Callable[[int], int],
+    min_informative: int = 0,
+    max_rounds: int = 1,
+    reset_options: dict[str, Any] | None = None,
+) -> tuple[list[Episode], int]:
+    """Roll out groups of `group_size` episodes that share an env seed, with dynamic sampling: while fewer
+    than `min_informative` groups have non-zero return variance, roll out another round of groups, up to
+    `max_rounds` rounds. `group_seeds(round)` gives the env seed of each group of a round and
+    `agent_seed(round)` the round's agent seed. Group ids number the groups over all rounds.
+    Returns (episodes, rounds played)."""
+    episodes: list[Episode] = []
+    rounds, first_group = 0, 0
+    while rounds < max(max_rounds, 1):
+        seeds = group_seeds(rounds)
+        episodes += rollout(
+            make_env,
+            agent,
+            [s for s in seeds for _ in range(group_size)],
+            [first_group + g for g in range(len(seeds)) for _ in range(group_size)],
+            agent_seed=agent_seed(rounds),
+            reset_options=reset_options,
+        )
+        first_group += len(seeds)
+        rounds += 1
+        if informative_group_count(episodes) >= min_informative:
+            break
+    return episodes, rounds

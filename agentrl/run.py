@@ -8,7 +8,6 @@ run directory is created.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -20,17 +19,17 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.algos import LLM_ALGORITHMS
 from agentrl.config import CONF_DIR, compose_config, split_sweep
 from agentrl.errors import AgentRLError, ConfigError, RunDirError
-from agentrl.runlog import write_json
 
 log = logging.getLogger(__name__)
 
 TASKS = ("eval", "train")
-LLM_ALGOS = ("msgrpo",)
+LLM_ALGOS = tuple(LLM_ALGORITHMS)  # every one runs on trainers/multistep.py
 TRAINERS = {
     "dqn": "agentrl.trainers.dqn:train_dqn",
-    "msgrpo": "agentrl.trainers.multistep_grpo:train_msgrpo",
+    **{name: "agentrl.trainers.multistep:train_llm" for name in LLM_ALGOS},
 }
 
 
@@ -41,7 +40,7 @@ def check_job(overrides: list[str]) -> DictConfig:
     """Compose one job's config and build what can fail cheaply (env options, agent and algo names)."""
     cfg = compose_config(overrides)
     from agentrl.agents import AGENTS
-    from agentrl.evaluation import env_factory
+    from agentrl.envs import env_factory
 
     env_factory(cfg.env)
     if cfg.task not in TASKS:
@@ -123,7 +122,8 @@ def run_job(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
 def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     from agentrl.agents import build_agent
-    from agentrl.evaluation import env_factory, eval_seeds, evaluate, write_eval
+    from agentrl.envs import env_factory
+    from agentrl.evaluation import eval_seeds, evaluate, write_eval
 
     make_env = env_factory(cfg.env)
     agent = build_agent(cfg)
@@ -149,21 +149,25 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
 
 def run_train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Train, then write eval.json (the identifying fields, the trainer's extra fields, the final
+    evaluation's metrics), episodes.jsonl and transcripts.jsonl: the runner is their only writer."""
     import importlib
+
+    from agentrl.evaluation import write_eval
 
     module, _, fn = TRAINERS[cfg.algo.name].partition(":")
     train = getattr(importlib.import_module(module), fn)
-    resume = cfg.get("resume") is not None
-    metrics = train(cfg, run_dir, resume=resume)
-    # every eval.json starts with the same identifying fields, whichever trainer wrote it
-    eval_path = run_dir / "eval.json"
-    if eval_path.is_file():
-        saved = json.loads(eval_path.read_text(encoding="utf-8"))
-        write_json(eval_path, {**describe(cfg), **saved})
-    print_metrics(
-        f"{cfg.env.name} / {cfg.algo.name}", {k: v for k, v in metrics.items() if not isinstance(v, dict)}
+    result = train(cfg, run_dir, resume=cfg.get("resume") is not None)
+    write_eval(
+        run_dir,
+        result.metrics,
+        result.episodes,
+        transcripts=cfg.eval.transcripts,
+        **describe(cfg),
+        **result.extra,
     )
-    return metrics
+    print_metrics(f"{cfg.env.name} / {cfg.algo.name}", result.metrics)
+    return {**result.metrics, **result.extra}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -139,4 +139,15 @@ class Agent(Protocol):
     def act(self, contexts: list[StepContext]) -> list[Decision]: ...
 
 
-__all__ = ["Agent", "Decision", "Episode", "Generation", "Step", "StepContext", "StepSample"]
+@dataclass
+class TrainResult:
+    """What a trainer hands back to the runner, which writes eval.json from it: the final evaluation's
+    metrics and episodes, and the fields that stand beside them (algo, iterations, train_time_s, the
+    evaluation before training, ...)."""
+
+    metrics: dict[str, Any]
+    episodes: list[Episode]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+__all__ = ["Agent", "Decision", "Episode", "Generation", "Step", "StepContext", "StepSample", "TrainResult"]

@@ -3,7 +3,7 @@
 No hub access: the model is built from a `Qwen2Config` with Qwen2.5-3B's shape (36 layers, hidden 2048,
 16 query / 2 key-value heads, MLP 11008, vocab 151936, tied embeddings) and random weights, saved once
 to a temporary directory with the embedded SmolLM2 tokenizer (its ids fit in the larger vocabulary), and
-trained through `train_msgrpo` exactly as `agentrl train` would (bf16, optional gradient
+trained through `train_llm` exactly as `agentrl train` would (bf16, optional gradient
 checkpointing). Its answers are noise, so invalid actions are replaced by random legal moves
 (`agent.invalid_rule=random`) to make returns vary and every update real.
 
@@ -73,7 +73,7 @@ def main() -> None:
         sys.exit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     from agentrl.config import compose_config
-    from agentrl.trainers.multistep_grpo import train_msgrpo
+    from agentrl.trainers.multistep import train_llm
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "qwen2.5-3b-shaped"
@@ -104,7 +104,7 @@ def main() -> None:
         )
         torch.cuda.reset_peak_memory_stats()
         run_dir = Path(tmp) / "run"
-        result = train_msgrpo(cfg, run_dir)
+        result = train_llm(cfg, run_dir).metrics
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     peak = torch.cuda.max_memory_allocated() / 2**30
     print(f"device: {torch.cuda.get_device_name()}  gradient checkpointing: {args.gradient_checkpointing}")

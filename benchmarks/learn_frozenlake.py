@@ -82,7 +82,7 @@ def cell_contexts(cfg) -> tuple[list[str], list]:  # noqa: ANN001
     """One step context per safe cell of the map ("row,col" names and contexts), as if the player stood there."""
     import numpy as np
 
-    from agentrl.evaluation import env_factory
+    from agentrl.envs import env_factory
     from agentrl.types import StepContext
 
     make_env = env_factory(cfg.env)
@@ -135,7 +135,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     from agentrl.config import compose_config
     from agentrl.errors import ConfigError
-    from agentrl.trainers.multistep_grpo import train_msgrpo
+    from agentrl.trainers.multistep import train_llm
 
     overrides = [
         "task=train",
@@ -159,7 +159,8 @@ def main() -> None:
     print(f"run directory: {run_dir}", flush=True)
 
     start = time.perf_counter()
-    result = train_msgrpo(cfg, run_dir)
+    trained = train_llm(cfg, run_dir)
+    result = {**trained.metrics, **trained.extra}
     wall = time.perf_counter() - start
 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]

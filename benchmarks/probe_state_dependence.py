@@ -24,7 +24,7 @@ def measure(
 ) -> tuple[float, float, float]:  # noqa: ANN001
     """(accuracy of the argmax move, mean total variation between the cells' move distributions and their
     average, mean first-token probability mass on the move words)."""
-    from agentrl.trainers.multistep_grpo import prefill_shared
+    from agentrl.agents.kvcache import prefill_shared
 
     with torch.no_grad():
         logits = prefill_shared(model, prompts, 0)[1].float()
@@ -48,11 +48,11 @@ def main() -> None:
 
     from learn_frozenlake import cell_contexts  # this script's directory is on sys.path
 
+    from agentrl.agents.kvcache import prefill_shared
     from agentrl.agents.llm import build_llm_agent
     from agentrl.agents.planning_grid import frozenlake_action
     from agentrl.config import compose_config
-    from agentrl.models import load_model
-    from agentrl.trainers.multistep_grpo import freeze_lower_layers, prefill_shared
+    from agentrl.models import freeze_layers, load_model
 
     cfg = compose_config(["task=train", "algo=msgrpo", "experiment=frozenlake_learn"])
     cells, contexts = cell_contexts(cfg)
@@ -68,7 +68,7 @@ def main() -> None:
     for layers in args.layers:
         torch.manual_seed(0)
         model, tokenizer = load_model(cfg.model, for_training=True)
-        freeze_lower_layers(model, layers or None)
+        freeze_layers(model, layers or None)
         agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
         prompts = agent.prompt_ids(
             [agent.interface.render(agent.interface.messages(c), tokenizer) for c in contexts]

@@ -1,9 +1,9 @@
-"""Update-step overhead of MultiStepGRPOTrainer vs plain trl.GRPOTrainer on the same rows (target <= 1.15x).
+"""Update-step overhead of MultiStepTrainer vs plain trl.GRPOTrainer on the same rows (target <= 1.15x).
 
 Both trainers get the same N rows (prompt P tokens, completion C tokens, random advantages), the same
 GRPOConfig (loss, micro-batches, lr) and a fresh copy of the same model. Generation is taken out of
 both: the plain trainer's `_generate_and_score_completions` returns the pre-packed batch (TRL then
-shuffles and splits it as usual); ours gets the same rows from `iteration_fn`. What is timed is
+shuffles and splits it as usual); ours gets the same rows from `collect`. What is timed is
 `trainer.train()` for a few optimizer steps: data plumbing, forward, backward, optimizer, logging.
 Runs alternate (plain, ours, ours-fast, ...) and the median seconds per iteration is compared. "ours"
 forces TRL's own log-prob computation (pure plumbing overhead, the 1.15x target); "ours-fast" is the
@@ -21,7 +21,6 @@ import os
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 
@@ -48,16 +47,14 @@ def main() -> None:
     os.environ.setdefault("AGENTRL_NO_PROGRESS", "1")
     logging.basicConfig(level=logging.WARNING)
     from datasets import Dataset
-    from omegaconf import OmegaConf
     from trl import GRPOConfig, GRPOTrainer
 
-    from agentrl.types import StepSample
+    from agentrl.config import compose_config
     from agentrl.models import load_model
-    from agentrl.trainers.multistep_grpo import _trainer_class, pack_samples
+    from agentrl.trainers.multistep import MultiStepTrainer, pack_samples
+    from agentrl.types import StepSample
 
-    model_cfg = OmegaConf.load(
-        Path(__file__).resolve().parents[1] / "agentrl" / "conf" / "model" / f"{args.model}.yaml"
-    )
+    model_cfg = compose_config([f"model={args.model}"]).model
     base, tokenizer = load_model(model_cfg, for_training=True)
     state = {k: v.clone() for k, v in base.state_dict().items()}
     generator = torch.Generator().manual_seed(0)
@@ -119,13 +116,13 @@ def main() -> None:
                 )
             else:
                 dataset = Dataset.from_dict({"prompt": ["x"] * (2 * args.micro)})
-                trainer = _trainer_class()(
+                trainer = MultiStepTrainer(
                     model=fresh_model(),
                     reward_funcs=[lambda **kw: [0.0]],
                     args=config(out, 2),
                     train_dataset=dataset,
                     processing_class=tokenizer,
-                    iteration_fn=lambda iteration: (list(samples), {}),
+                    collect=lambda iteration: (list(samples), {}),
                 )
                 trainer.trl_logprobs = kind == "ours"
             from transformers.trainer_callback import PrinterCallback

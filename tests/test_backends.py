@@ -18,7 +18,9 @@ from agentrl.agents.backends import (
     VLLMBackend,
     build_backend,
 )
-from agentrl.errors import BackendError, ConfigError, UnknownChoiceError
+from agentrl.agents.kvcache import MIN_SHARED_PREFIX
+from agentrl.config import compose_config
+from agentrl.errors import BackendError, ConfigError
 from agentrl.models import load_model
 
 torch.set_num_threads(1)
@@ -121,7 +123,7 @@ def test_hf_prefix_cache_changes_nothing_but_speed(tiny, temperature):
     sampling = SamplingConfig(temperature=temperature, max_new_tokens=6)
     cached, plain = HFBackend(model, tokenizer), HFBackend(model, tokenizer, prefix_cache=False)
     with_cache = cached.generate(prompts, sampling, seed=4)
-    assert len(cached._prefix_ids) >= HFBackend.min_prefix  # the shared head was cached
+    assert len(cached._prefix_ids) >= MIN_SHARED_PREFIX  # the shared head was cached
     without = plain.generate(prompts, sampling, seed=4)
     assert [r[0] for r in with_cache] == [r[0] for r in without]
     for (_, a), (_, b) in zip(with_cache, without, strict=True):
@@ -352,7 +354,7 @@ def test_build_backend_choices(tiny):
     assert isinstance(hf, HFBackend) and hf.model is model
     oa = build_backend({"backend": "openai", "base_url": "http://x/v1", "name": "m", "api_key_env": "K"})
     assert isinstance(oa, OpenAIBackend) and oa.url == "http://x/v1/chat/completions" and oa.model == "m"
-    with pytest.raises(UnknownChoiceError):
+    with pytest.raises(ConfigError, match="model.backend=tgi: must be one of: hf, openai, vllm"):
         build_backend({"backend": "tgi"})
 
 
@@ -366,3 +368,79 @@ def test_vllm_missing_gives_install_hint():
         pass
     with pytest.raises(BackendError, match="pip install vllm"):
         VLLMBackend("builtin:tiny-random")
+
+
+# ---- prompt sharing (training rollouts) ---------------------------------------------------------------
+def test_hf_shared_prompts_match_plain_generation():
+    model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
+    plain = HFBackend(model, tokenizer)
+    shared = HFBackend(model, tokenizer, share_prompts=True)
+    system = list(range(100, 120))
+    prompts = [system + p for p in ([5, 6, 7, 8], [9, 10], [5, 6, 7, 8], [5, 6, 7, 8], [11, 12, 13])]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=5)
+    expected, got = plain.generate(prompts, greedy), shared.generate(prompts, greedy)
+    for (ids_a, lp_a), (ids_b, lp_b) in zip(expected, got, strict=True):
+        assert ids_a == ids_b
+        assert lp_a == pytest.approx(lp_b, abs=1e-4)
+    # sampling: each duplicate row samples on its own; log-probs are log_softmax(logits / T) of the token
+    hot = SamplingConfig(temperature=1.5, max_new_tokens=3, top_k=50)
+    rows = shared.generate(prompts * 4, hot, seed=1)
+    assert len({tuple(ids) for ids, _ in rows[::5]}) > 1  # copies of prompt 0 differ
+    ids, lps = rows[1]
+    with torch.no_grad():
+        row = prompts[1] + ids
+        logits = model(input_ids=torch.tensor([row])).logits[0, len(prompts[1]) - 1 : -1].float() / 1.5
+    reference = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+    assert lps == pytest.approx(reference.tolist(), abs=1e-4)
+    assert shared.generate(prompts, hot, seed=3) == shared.generate(prompts, hot, seed=3)
+
+
+def test_one_token_answers_reuse_logits_until_the_weights_change(monkeypatch):
+    from agentrl.agents import kvcache
+
+    model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
+    plain = HFBackend(model, tokenizer)
+    shared = HFBackend(model, tokenizer, share_prompts=True)
+    system = list(range(100, 120))
+    prompts = [system + p for p in ([5, 6, 7, 8], [9, 10], [5, 6, 7, 8], [11, 12, 13])]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=1)
+    for (ids_a, lp_a), (ids_b, lp_b) in zip(
+        plain.generate(prompts, greedy), shared.generate(prompts, greedy), strict=True
+    ):
+        assert ids_a == ids_b and len(ids_b) == 1
+        assert lp_a == pytest.approx(lp_b, abs=1e-4)
+
+    runs = []
+    real = kvcache.prefill_shared
+    monkeypatch.setattr(
+        kvcache,
+        "prefill_shared",
+        lambda m, p, pad, prefix=None: runs.append(len(p)) or real(m, p, pad, prefix),
+    )
+    hot = SamplingConfig(temperature=1.0, max_new_tokens=1, top_k=5)
+    first = shared.generate(prompts * 8, hot, seed=2)
+    assert runs == []  # every distinct prompt was already computed under these weights
+    assert len({tuple(ids) for ids, _ in first[::4]}) > 1  # copies still sample on their own
+    shared.generate([system + [14, 15]] + prompts, hot, seed=2)
+    assert runs == [1]  # only the new prompt ran, on top of the kept KV states of the shared head
+    [(ids_a, lp_a)] = plain.generate([system + [16, 17]], greedy)
+    [(ids_b, lp_b)] = shared.generate([system + [16, 17]], greedy)
+    assert ids_a == ids_b and lp_a == pytest.approx(lp_b, abs=1e-4)
+    with torch.no_grad():
+        next(model.parameters()).add_(0.5)  # an in-place change moves the version counters
+    shared.generate(prompts, greedy)
+    assert runs[-1] == 3  # all distinct prompts recomputed
+    # torch's fused AdamW (the HF Trainer's CPU default) updates in place without moving version
+    # counters: the trainer says so through weights_changed()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.5, fused=True)
+    model(input_ids=torch.tensor([prompts[0]])).logits.sum().backward()
+    optimizer.step()
+    runs.clear()
+    shared.generate(prompts, greedy)
+    assert runs == []  # not detectable from the parameters alone
+    shared.weights_changed()
+    after = shared.generate(prompts, greedy)
+    assert runs == [3]
+    fresh = HFBackend(model, tokenizer).generate(prompts, greedy)
+    assert [lp[0] for _, lp in after] == pytest.approx([lp[0] for _, lp in fresh], abs=1e-4)
+    assert [ids for ids, _ in after] == [ids for ids, _ in fresh]

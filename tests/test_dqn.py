@@ -1,5 +1,5 @@
 """DQN trainer: a short run writes eval/checkpoints and resumes; DQN beats random on a tiny deterministic
-env; the Snake features and the legal-action fallback of DQNAgent are what they claim."""
+env; `agentrl eval agent=dqn` replays a saved model; the legal-action fallback of DQNAgent."""
 
 from __future__ import annotations
 
@@ -9,21 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from agentrl.agents.baselines import RandomAgent
+from agentrl.agents.dqn import DQNAgent, dqn_model_path, load_dqn_agent
+from agentrl.cli import app
 from agentrl.config import compose_config
-from agentrl.envs import make_env
-from agentrl.errors import ConfigError
-from agentrl.evaluation import env_factory, eval_seeds, evaluate
+from agentrl.envs import env_factory, make_env
+from agentrl.errors import ConfigError, RunDirError
+from agentrl.evaluation import eval_seeds, evaluate
+from agentrl.runlog import list_checkpoints
+from agentrl.trainers.dqn import train_dqn
 from agentrl.types import StepContext
-from agentrl.trainers.dqn import (
-    DQNAgent,
-    list_checkpoints,
-    load_dqn_agent,
-    resolve_observation,
-    snake_features,
-    train_dqn,
-)
 
 # FrozenLake fixed 4x4, not slippery; 16 moves so random exploration reaches the goal now and then
 # (about 1% of random episodes; with 8 moves it is 0.3%). Small, fast DQN settings.
@@ -63,11 +60,18 @@ def _iterations(run_dir: Path) -> list[int]:
 def test_short_run_writes_eval_checkpoints_and_resumes(tmp_path):
     run_dir = tmp_path / "run"
     cfg = compose_config([*FAST, "algo.total_timesteps=2000"])
-    metrics = train_dqn(cfg, run_dir)
+    from agentrl.run import run_train
 
+    run_train(cfg, run_dir)  # train_dqn, then the runner writes eval.json from its result
     saved = json.loads((run_dir / "eval.json").read_text())
+    result = train_dqn(compose_config([*FAST, "algo.total_timesteps=2000"]), tmp_path / "again")
+    metrics = result.metrics
+    assert not (tmp_path / "again" / "eval.json").exists()  # the runner is its only writer
     assert saved["total_timesteps"] == 2000 and saved["algo"] == "dqn" and saved["env"] == "frozenlake"
     assert saved["episodes"] == 10 and saved["success_rate"] == metrics["success_rate"]
+    assert set(result.extra) == {"total_timesteps", "train_time_s"} and result.extra["total_timesteps"] == 2000
+    assert len(result.episodes) == 10
+    assert not list(run_dir.glob(".tmp-*"))  # every atomic write was renamed into place
     assert len((run_dir / "episodes.jsonl").read_text().splitlines()) == 10
     assert [s for s, _ in list_checkpoints(run_dir)] == [1000, 2000]
     assert (run_dir / "checkpoint-2000.replay.pkl").is_file()
@@ -79,10 +83,9 @@ def test_short_run_writes_eval_checkpoints_and_resumes(tmp_path):
     assert {"mean_return", "success_rate", "loss", "exploration_rate"} <= set(first)
 
     # A killed run leaves a half-written temp file: it is not a checkpoint.
-    (run_dir / ".checkpoint-3000.zip.tmp").write_bytes(b"partial")
-    resumed = compose_config([*FAST, "algo.total_timesteps=3000"])
-    train_dqn(resumed, run_dir, resume=True)
-
+    (run_dir / ".tmp-1234-checkpoint-3000.zip").write_bytes(b"partial")
+    resumed = compose_config([*FAST, "algo.total_timesteps=3000", f"resume={run_dir}"])
+    run_train(resumed, run_dir)
     saved = json.loads((run_dir / "eval.json").read_text())
     assert saved["total_timesteps"] == 3000  # continued from 2000, not restarted
     assert saved["train_time_s"] >= first["train_time_s"]
@@ -94,58 +97,98 @@ def test_short_run_writes_eval_checkpoints_and_resumes(tmp_path):
 
 def test_dqn_beats_random_on_fixed_frozenlake(tmp_path):
     cfg = compose_config([*FAST, "algo.total_timesteps=6000", "algo.checkpoint_every=0"])
-    metrics = train_dqn(cfg, tmp_path / "run")
+    metrics = train_dqn(cfg, tmp_path / "run").metrics
     random_metrics, _ = evaluate(env_factory(cfg.env), RandomAgent(), eval_seeds(cfg))
     assert metrics["success_rate"] == 1.0  # the map is fixed and deterministic: the greedy path is solved
     assert metrics["mean_length"] == 6.0  # the shortest path
     assert random_metrics["success_rate"] < 0.5
     # the saved model reproduces the eval through load_dqn_agent
-    agent = load_dqn_agent(tmp_path / "run" / "final" / "model.zip", "frozenlake")
+    agent = load_dqn_agent(tmp_path / "run" / "final" / "model.zip")
     again, _ = evaluate(env_factory(cfg.env), agent, eval_seeds(cfg))
     assert again["success_rate"] == metrics["success_rate"]
 
 
-def test_observation_choice():
-    assert resolve_observation("auto", "snake") == "features"
-    assert resolve_observation("auto", "snake_poison") == "features"
-    assert resolve_observation("auto", "frozenlake") == "planes"
-    assert resolve_observation("planes", "snake") == "planes"
-    with pytest.raises(ConfigError):
-        resolve_observation("features", "frozenlake")
-    with pytest.raises(ConfigError):
-        resolve_observation("pixels", "snake")
+runner = CliRunner()
+
+# Snake with its default board and opponent; a few thousand steps are enough to check plumbing.
+SNAKE_TINY = [
+    "env=snake",
+    "algo=dqn",
+    "algo.total_timesteps=3000",
+    "algo.learning_starts=500",
+    "algo.buffer_size=5000",
+    "algo.checkpoint_every=2000",
+    "algo.log_every=1000",
+    "algo.save_replay_buffer=false",
+    "eval.episodes=6",
+    "seed=1",
+]
 
 
-def test_snake_features_on_a_placed_board():
-    env = make_env("snake", size=6, poison_apples=1)
-    # Head (2,2) heading right, body (2,1),(2,0); enemy head (0,2); apple (4,5); poison right below the head.
-    env.reset(
-        seed=0,
-        options={
-            "snake": [[2, 2], [2, 1], [2, 0]],
-            "direction": "right",
-            "opponent": [[0, 2]],
-            "apples": [[4, 5]],
-            "poison": [[3, 2]],
-        },
+def _eval_json(run: Path) -> dict:
+    return json.loads((run / "eval.json").read_text())
+
+
+def _episodes(run: Path) -> list[tuple]:
+    rows = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
+    return [(r["seed"], r["return"], r["actions"]) for r in rows]
+
+
+def test_eval_agent_dqn_reproduces_the_runs_own_eval(tmp_path):
+    run = tmp_path / "train"
+    result = runner.invoke(app, ["train", *SNAKE_TINY, f"hydra.run.dir={run}"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    trained = _eval_json(run)
+    assert trained["algo"] == "dqn" and trained["total_timesteps"] == 3000 and "observation" not in trained
+
+    evaluated = tmp_path / "eval"
+    args = ["eval", "env=snake", "agent=dqn", f"agent.path={run}", "eval.episodes=6", "seed=1"]
+    result = runner.invoke(app, [*args, f"hydra.run.dir={evaluated}"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    again = _eval_json(evaluated)
+    assert again["agent"] == "dqn" and again["episodes"] == 6
+    assert again["mean_return"] == trained["mean_return"]
+    assert _episodes(evaluated) == _episodes(run)  # same seeds, same moves
+
+    # A checkpoint zip works too, and a run directory without a final model falls back to its newest.
+    assert dqn_model_path(run) == run / "final" / "model.zip"
+    checkpoint = run / "checkpoint-2000.zip"
+    result = runner.invoke(
+        app, [*args[:3], f"agent.path={checkpoint}", *args[4:], f"hydra.run.dir={tmp_path / 'ckpt'}"]
     )
-    f = snake_features(env)
-    up, down, left, right = range(4)
-    assert f.shape == (26,) and f.dtype == np.float32
-    assert f[left] == 1.0  # the neck
-    assert f[up] == 0.0 and f[down] == 0.0 and f[right] == 0.0
-    assert f[4 + up] == 1.0  # (1,2) is next to the enemy head (0,2)
-    assert f[4 + down] == 0.0
-    assert f[8 + down] == 1.0  # poison below
-    assert list(f[12:16]) == [0.0, 1.0, 0.0, 1.0]  # apple is down and right
-    assert f[16 + left] == 0.0 and f[16 + right] > 0.5  # no room into the neck, most of the board right
-    assert f[20 + right] == 1.0 and f[20:24].sum() == 1.0  # heading
-    assert f[24] == pytest.approx(3 / 36)
-    assert f[25] == pytest.approx((2 + 3) / 12)
-    # at a wall
-    env.reset(seed=0, options={"snake": [[0, 0]], "direction": "up", "opponent": None, "apples": [[5, 5]]})
-    f = snake_features(env)
-    assert f[up] == 1.0 and f[left] == 1.0 and f[down] == 0.0 and f[right] == 0.0
+    assert result.exit_code == 0, result.output
+    (run / "final" / "model.zip").unlink()
+    assert dqn_model_path(run) == checkpoint  # the newest (2000 of 3000 steps)
+
+
+def test_eval_agent_dqn_bad_paths_are_one_line(tmp_path):
+    missing = tmp_path / "nowhere"
+    for extra in ([], ["agent.path=null"], [f"agent.path={missing}"]):
+        result = runner.invoke(
+            app, ["eval", "env=snake", "agent=dqn", *extra, f"hydra.run.dir={tmp_path / 'r'}"]
+        )
+        assert result.exit_code != 0
+        output = " ".join(result.output.split())  # the log handler may wrap a long line
+        assert "agent.path is required for agent=dqn" in output, output
+        assert "Traceback" not in result.output
+    with pytest.raises(ConfigError, match="agent.path is required"):
+        dqn_model_path(None)
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    with pytest.raises(RunDirError, match="no DQN model"):
+        dqn_model_path(empty)
+
+
+def test_eval_agent_dqn_rejects_a_model_of_another_env(tmp_path):
+    run = tmp_path / "run"
+    train_dqn(compose_config([*FAST, "algo.total_timesteps=200", "algo.learning_starts=100"]), run)
+    result = runner.invoke(
+        app, ["eval", "env=snake", "agent=dqn", f"agent.path={run}", f"hydra.run.dir={tmp_path / 'e'}"]
+    )
+    assert result.exit_code != 0
+    output = " ".join(result.output.split())  # the log handler may wrap a long line
+    assert "does not fit env=snake" in output and "trained on env=frozenlake" in output, output
+    assert "Traceback" not in result.output
 
 
 class _FixedQ:
@@ -184,7 +227,7 @@ def test_dqn_agent_replaces_an_illegal_argmax_by_the_best_legal_action():
 
 
 @pytest.mark.slow
-def test_dqn_learns_snake_with_features(tmp_path):
+def test_dqn_learns_snake(tmp_path):
     """Snake 10x10 with the random opponent: 30k steps (about 20 s on one core) reach several apples
     per episode where random gets about 0.1 (benchmarks/dqn_snake.py has the full comparison)."""
     from agentrl.trainers.dqn import snake_apples
@@ -200,7 +243,7 @@ def test_dqn_learns_snake_with_features(tmp_path):
         ]
     )
     train_dqn(cfg, tmp_path / "run")
-    agent = load_dqn_agent(tmp_path / "run" / "final" / "model.zip", "snake")
+    agent = load_dqn_agent(tmp_path / "run")
     _, episodes = evaluate(env_factory(cfg.env), agent, eval_seeds(cfg))
     _, random_episodes = evaluate(env_factory(cfg.env), RandomAgent(), eval_seeds(cfg))
     assert snake_apples(episodes) > 5.0

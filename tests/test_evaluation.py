@@ -8,9 +8,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from agentrl.agents.baselines import RandomAgent
-from agentrl.evaluation import env_factory, episode_metrics, eval_seeds, evaluate, write_eval
-from agentrl.types import Episode, Generation, Step
+from agentrl.envs import env_factory
+from agentrl.evaluation import episode_metrics, eval_seeds, evaluate, write_eval
 from agentrl.rollout import rollout
+from agentrl.types import Episode, Generation, Step
 
 
 def _step(reward: float, valid: bool = True, gen: Generation | None = None) -> Step:

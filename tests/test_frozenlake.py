@@ -127,6 +127,52 @@ def test_same_seed_same_episode_slippery():
     assert len({str(episode(s)) for s in range(10)}) > 1
 
 
+def _start(env: FrozenLakeEnv, seed: int, **options: Any) -> tuple[int, int]:
+    state = env.reset(seed=seed, options=options or None)[1]["state"]
+    return state["row"], state["col"]
+
+
+def test_random_start_option_is_seeded_and_lands_on_safe_ice():
+    env = make_env("frozenlake", map="random", size=6)
+    starts = [_start(env, s, random_start=1.0) for s in range(30)]
+    assert starts == [_start(env, s, random_start=1.0) for s in range(30)]  # a seed fixes the start
+    assert len(set(starts)) > 5
+    for seed, (r, c) in enumerate(starts):
+        rows = env.reset(seed=seed)[1]["state"]["map"]  # the same map: the option draws after it
+        assert rows[r][c] in "SF"
+    # With a probability in between, some episodes keep the start cell and some do not.
+    fixed = make_env("frozenlake")
+    half = [_start(fixed, s, random_start=0.5) for s in range(40)]
+    assert 5 < half.count((0, 0)) < 35
+
+
+def test_reset_options_are_listed():
+    assert make_env("frozenlake").reset_option_names == ("random_start",)
+    assert "random_start" not in make_env("snake").reset_option_names
+
+
+def test_random_start_zero_is_the_plain_reset():
+    def episode(seed: int, **options: Any) -> list[tuple]:
+        env = make_env("frozenlake", map="random", slippery=True, max_steps=30)
+        obs, _ = env.reset(seed=seed, options=options)
+        out = [obs]
+        for action in ["right", "down"] * 15:  # slippery moves draw from the same generator
+            obs, r, t, tr, _ = env.step(action)
+            out.append((obs, r, t, tr))
+            if t or tr:
+                break
+        return out
+
+    for seed in range(5):
+        assert episode(seed, random_start=0.0) == episode(seed) == episode(seed, random_start=0)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, "often", None, float("nan"), True])
+def test_random_start_out_of_range_raises(bad):
+    with pytest.raises(ConfigError, match="random_start"):
+        make_env("frozenlake").reset(seed=0, options={"random_start": bad})
+
+
 def test_slippery_differs_and_follows_gymnasium_dynamics():
     outcomes = []
     for seed in range(300):
@@ -194,6 +240,7 @@ def test_bad_arguments_raise_config_errors():
 def test_config_keys_match_constructor_defaults():
     cfg = OmegaConf.to_container(OmegaConf.load(CONF / "frozenlake.yaml"))
     assert cfg.pop("name") == "frozenlake"
+    cfg.pop("defaults", None)  # Hydra's defaults list (the schema), not a constructor argument
     params = inspect.signature(FrozenLakeEnv.__init__).parameters
     assert set(cfg) == set(params) - {"self", "render_mode"}
     assert all(params[k].default == v for k, v in cfg.items())

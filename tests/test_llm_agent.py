@@ -18,8 +18,8 @@ from agentrl.agents.llm import LLMAgent, TextInterface, build_llm_agent, format_
 from agentrl.envs.base import TextEnv
 from agentrl.errors import ConfigError, UnknownChoiceError
 from agentrl.models import load_model
-from agentrl.types import Step, StepContext
 from agentrl.rollout import rollout
+from agentrl.types import Step, StepContext
 
 torch.set_num_threads(1)
 
@@ -86,8 +86,9 @@ ACTIONS = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(max_size=300), valid=ACTIONS, lenient=st.booleans(), cot=st.booleans())
 def test_parse_never_raises_and_returns_a_valid_action(text, valid, lenient, cot):
+    # the inner parser, not `parse`: its catch-all must never be what keeps a rollout alive
     interface = TextInterface(lenient=lenient, cot=cot)
-    result = interface.parse(text, valid)
+    result = interface._parse(text, valid)
     assert result is None or result in valid
 
 
@@ -312,3 +313,17 @@ def test_format_prompt_preview(tiny):
     text = format_prompt_preview(_cfg(prefill="<action>"))
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n<action>")
     assert "Observation:\n" in text and "Answer with one action as <action>NAME</action>." in text
+
+
+def test_config_show_prompt_prints_the_exact_prompt():
+    from typer.testing import CliRunner
+
+    from agentrl.cli import app
+
+    result = CliRunner().invoke(
+        app, ["config", "env=frozenlake", "model=tiny-random", "agent.prefill='I move'", "--show-prompt"]
+    )
+    assert result.exit_code == 0, result.output
+    prompt = result.output.split("prompt", 1)[-1]
+    assert "Frozen" in prompt and "Valid actions: left, down, right, up" in prompt
+    assert prompt.rstrip().endswith("I move")  # the assistant turn starts with the prefill

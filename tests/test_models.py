@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from agentrl import models
+from agentrl.config.schema import LoRAConfig
 from agentrl.errors import ConfigError, ModelLoadError
 from agentrl.models import (
     apply_lora,
@@ -37,8 +38,8 @@ def test_dtype_and_device_choice():
 
 def test_cache_root_precedence(monkeypatch, tmp_path):
     monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "env"))
-    assert cache_root({}) == tmp_path / "env"
-    assert cache_root({"cache_dir": str(tmp_path / "cfg")}) == tmp_path / "cfg"
+    assert cache_root() == tmp_path / "env"
+    assert cache_root(str(tmp_path / "cfg")) == tmp_path / "cfg"
     monkeypatch.delenv("AGENTRL_CACHE")
     assert cache_root(None) == Path("~/.cache/agentrl").expanduser()
 
@@ -57,7 +58,7 @@ def test_tiny_random_model_and_tokenizer():
 
 def test_tiny_random_build_is_cached_atomic_and_deterministic(tmp_path, monkeypatch):
     cfg = {**TINY, "cache_dir": str(tmp_path)}
-    target = ensure_tiny_random(cfg)
+    target = ensure_tiny_random(str(tmp_path))
     assert target.parent == tmp_path / "models" and (target / "model.safetensors").is_file()
     assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temporary leftovers
     # same seed, same weights as the default cache's copy
@@ -67,7 +68,7 @@ def test_tiny_random_build_is_cached_atomic_and_deterministic(tmp_path, monkeypa
         assert torch.equal(a, b), name
     # a second call reuses the cache without building
     monkeypatch.setattr(models, "_smollm2_tokenizer", lambda *_: pytest.fail("rebuilt a cached model"))
-    assert ensure_tiny_random(cfg) == target
+    assert ensure_tiny_random(str(tmp_path)) == target
 
 
 def test_interrupted_build_leaves_no_cache(tmp_path):
@@ -121,7 +122,7 @@ def test_lora_for_training_and_adapter_reload(tmp_path):
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, reloaded(ids).logits, atol=1e-5)
     with pytest.raises(ConfigError):
-        apply_lora(reloaded, {"r": 0})
+        apply_lora(reloaded, LoRAConfig(r=0))
 
 
 @pytest.mark.slow

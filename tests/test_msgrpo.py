@@ -130,3 +130,27 @@ def test_step_samples_carry_episode_advantage_on_every_step():
     assert all(s.advantage == 0.7 for s in samples)
     assert samples[2].prompt_ids == [1, 2, 5] and samples[2].completion_ids == [7, 8]
     assert samples[0].old_logprobs == [-0.5, -0.25]
+
+
+def test_assign_credit_samples_with_aaw_or_uniformly_as_configured():
+    import numpy as np
+
+    from agentrl.algos.msgrpo import assign_credit
+    from agentrl.config import compose_config, typed
+
+    episodes = [make_episode([r], 0) for r in (0.0, 1.0, 1.0, 5.0)] + [
+        make_episode([2.0], 1) for _ in range(2)
+    ]
+
+    def kept(*overrides: str) -> list[int]:
+        algo = typed(compose_config(["task=train", "algo=msgrpo", "algo.aaw.fraction=0.5", *overrides]).algo)
+        credit = assign_credit(episodes, algo, np.random.default_rng(3))
+        assert {s.episode_index for s in credit.samples} == set(credit.kept)
+        return credit.kept
+
+    advantages = group_advantages(episodes)
+    assert kept() == aaw_sample(episodes, advantages, fraction=0.5, rng=np.random.default_rng(3), eps=1e-3)
+    assert kept("algo.aaw.enabled=false") == uniform_sample(
+        episodes, fraction=0.5, rng=np.random.default_rng(3)
+    )
+    assert all(i < 4 for i in kept())  # the zero-variance group is never trained on

@@ -12,8 +12,8 @@ from agentrl.agents.planning_games import tictactoe_action, ucb1_action
 from agentrl.envs import make_env
 from agentrl.envs.bandit import BanditEnv
 from agentrl.envs.tictactoe import TicTacToeEnv
-from agentrl.types import StepContext
 from agentrl.rollout import rollout
+from agentrl.types import StepContext
 
 
 def _ctx(env, state: dict) -> StepContext:

@@ -8,8 +8,8 @@ import pytest
 from agentrl.agents.baselines import PlannerAgent, RandomAgent
 from agentrl.agents.planning_grid import frozenlake_action, snake_action
 from agentrl.envs import make_env
-from agentrl.types import StepContext
 from agentrl.rollout import rollout
+from agentrl.types import StepContext
 
 
 def mean_return(episodes) -> float:

@@ -237,7 +237,7 @@ def test_mean_stderr():
 def test_report_on_a_real_dqn_run(tmp_path, monkeypatch):
     """A real (short) DQN run, with the .hydra files Hydra would write, reads back exactly."""
     from agentrl.config import compose_config
-    from agentrl.trainers.dqn import train_dqn
+    from agentrl.run import run_train
 
     monkeypatch.setenv("AGENTRL_NO_PROGRESS", "1")
     overrides = [
@@ -256,7 +256,7 @@ def test_report_on_a_real_dqn_run(tmp_path, monkeypatch):
     run_dir = tmp_path / "outputs" / "dqn_run"
     threads = torch.get_num_threads()
     try:
-        train_dqn(cfg, run_dir)
+        run_train(cfg, run_dir)
     finally:
         torch.set_num_threads(threads)
     (run_dir / ".hydra").mkdir()

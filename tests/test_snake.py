@@ -220,7 +220,7 @@ def test_same_seed_same_episode():
     assert episode(11)[0] != episode(12)[0]
 
 
-def test_state_and_numeric_planes():
+def test_state_and_numeric_features():
     env = make_env("snake_poison")
     _, info = layout(
         env, snake=[[2, 2], [2, 3]], opponent=[[7, 7], [8, 7]], apples=[[0, 0]], poison=[[9, 9], [5, 5]]
@@ -237,11 +237,14 @@ def test_state_and_numeric_planes():
     }
     assert info["state"]["direction"] == "left" and info["state"]["opponent"]["direction"] == "up"
     obs = env.numeric_observation()
-    assert obs.dtype == np.float32 and obs.shape == (600,) and env.numeric_space().contains(obs)
-    planes = obs.reshape(6, 10, 10)
-    assert planes[0, 2, 2] == planes[1, 2, 3] == planes[2, 7, 7] == planes[3, 8, 7] == planes[4, 0, 0] == 1
-    assert planes[5, 9, 9] == planes[5, 5, 5] == 1
-    assert planes.sum() == 7
+    assert obs.dtype == np.float32 and obs.shape == (26,) and env.numeric_space().contains(obs)
+    danger, head_on, poison, apple, room, heading = obs[:24].reshape(6, 4)  # up, down, left, right
+    assert danger.tolist() == [0, 0, 0, 1]  # the neck (2, 3) is to the right
+    assert head_on.sum() == 0 and poison.sum() == 0  # enemy head and poison are far away
+    assert apple.tolist() == [1, 0, 1, 0]  # the apple (0, 0) is up and left
+    assert room[3] == 0 and room[0] == pytest.approx(96 / 100)  # all but the enemy's 2 cells and own 2
+    assert heading.tolist() == [0, 0, 1, 0]
+    assert obs[24] == pytest.approx(2 / 100) and obs[25] == pytest.approx(4 / 20)
 
 
 @pytest.mark.parametrize(
@@ -276,6 +279,7 @@ def test_bad_arguments_raise_config_errors():
 def test_config_keys_match_constructor(name):
     cfg = OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))
     assert cfg.pop("name") == name
+    cfg.pop("defaults", None)  # Hydra's defaults list (the schema), not a constructor argument
     params = inspect.signature(SnakeEnv.__init__).parameters
     assert set(cfg) == set(params) - {"self", "render_mode"}
     expected = {k: p.default for k, p in params.items() if k in cfg}
@@ -284,14 +288,46 @@ def test_config_keys_match_constructor(name):
     assert cfg == expected
 
 
-def test_compact_observation_features():
-    env = make_env("snake_poison")
-    layout(env, snake=[[0, 5], [0, 6]], opponent=[[1, 4]], apples=[[7, 9]], poison=[[1, 5], [9, 9]])
-    obs = env.compact_observation()
-    assert obs.dtype == np.float32 and obs.shape == (21,) and env.compact_space().contains(obs)
-    death, near_opp, poison, apple, heading = obs[:20].reshape(5, 4)  # each in order up, down, left, right
-    assert death.tolist() == [1, 0, 0, 1]  # wall above, neck to the right
-    assert near_opp.tolist() == [0, 1, 1, 0]  # (1, 5) and (0, 4) touch the opponent's head (1, 4)
-    assert poison.tolist() == [0, 1, 0, 0]
-    assert apple.tolist() == [0, 1, 0, 1] and heading.tolist() == [0, 0, 1, 0]
-    assert obs[20] == pytest.approx(2 / 100)
+def test_numeric_features_on_a_placed_board():
+    env = make_env("snake", size=6, poison_apples=1)
+    # Head (2,2) heading right, body (2,1),(2,0); enemy head (0,2); apple (4,5); poison below the head.
+    layout(
+        env,
+        snake=[[2, 2], [2, 1], [2, 0]],
+        direction="right",
+        opponent=[[0, 2]],
+        apples=[[4, 5]],
+        poison=[[3, 2]],
+    )
+    f = env.numeric_observation()
+    up, down, left, right = range(4)
+    assert f.shape == (26,) and f.dtype == np.float32 and env.numeric_space().contains(f)
+    assert f[left] == 1.0  # the neck
+    assert f[up] == 0.0 and f[down] == 0.0 and f[right] == 0.0
+    assert f[4 + up] == 1.0  # (1,2) is next to the enemy head (0,2)
+    assert f[4 + down] == 0.0
+    assert f[8 + down] == 1.0  # poison below
+    assert list(f[12:16]) == [0.0, 1.0, 0.0, 1.0]  # apple is down and right
+    assert f[16 + left] == 0.0 and f[16 + right] > 0.5  # no room into the neck, most of the board right
+    assert f[20 + right] == 1.0 and f[20:24].sum() == 1.0  # heading
+    assert f[24] == pytest.approx(3 / 36)
+    assert f[25] == pytest.approx((2 + 3) / 12)
+    # The tail moves away this step, so it is not a danger; the segment before it is.
+    layout(env, snake=[[2, 2], [3, 2], [3, 3], [2, 3]], direction="up", apples=[[5, 5]])
+    f = env.numeric_observation()
+    assert f[right] == 0.0 and f[down] == 1.0
+    # at a wall
+    layout(env, snake=[[0, 0]], direction="up", apples=[[5, 5]])
+    f = env.numeric_observation()
+    assert f[up] == 1.0 and f[left] == 1.0 and f[down] == 0.0 and f[right] == 0.0
+    assert f[16 + down] == pytest.approx(35 / 36)
+
+
+def test_room_counts_only_the_reachable_region():
+    env = make_env("snake", size=5, start_length=1)
+    # A wall of enemy body along column 2 splits the board; the head at (2, 1) can go left or right.
+    layout(env, snake=[[2, 1]], direction="up", opponent=[[0, 2], [1, 2], [2, 2], [3, 2], [4, 2]])
+    f = env.numeric_observation()
+    up, down, left, right = range(4)
+    assert f[right] == 1.0 and f[16 + right] == 0.0
+    assert f[16 + left] == pytest.approx(9 / 25)  # columns 0-1 without the head

@@ -1,4 +1,5 @@
-"""Who acts: LLM policies (agents/llm.py) and classic baselines (agents/baselines.py)."""
+"""Who acts: LLM policies (agents/llm.py), classic baselines (agents/baselines.py) and trained DQN
+models (agents/dqn.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 from agentrl.agents.base import Agent, PolicyAgent
 from agentrl.errors import UnknownChoiceError
 
-AGENTS = ("human", "llm", "planner", "random")
+AGENTS = ("dqn", "human", "llm", "planner", "random")
 
 
 def build_agent(cfg: Any, **kwargs: Any) -> Agent:
@@ -30,6 +31,10 @@ def build_agent(cfg: Any, **kwargs: Any) -> Agent:
         from agentrl.agents.llm import build_llm_agent
 
         return build_llm_agent(cfg, **kwargs)
+    if name == "dqn":
+        from agentrl.agents.dqn import build_dqn_agent
+
+        return build_dqn_agent(cfg)
     raise UnknownChoiceError("agent", name, AGENTS)
 
 

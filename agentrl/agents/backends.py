@@ -1,11 +1,12 @@
 """Generation backends with one interface: token-id prompts in, completion ids and log-probs out.
 
-- `HFBackend` — batched `model.generate` on a transformers model (left padding, KV cache). Returns the
+- `HFBackend` — batched generation on a transformers model (left padding, KV cache). Returns the
   sampled ids and each sampled token's log-prob under the sampling distribution, computed like TRL's
   GRPO computes old log-probs: ``log_softmax(logits / temperature)`` of the chosen token, from the raw
   logits (greedy: ``log_softmax(logits)``). Top-k/top-p truncation is not reflected, as in TRL.
   The KV states of the prompts' shared head (chat template + instructions) are computed once and
-  reused (prefix caching), so each call prefills only what differs between rows.
+  reused (prefix caching), so each call prefills only what differs between rows. With
+  `share_prompts`, identical prompts in a batch are also prefilled once (training rollouts).
 - `OpenAIBackend` — any OpenAI-compatible chat-completions endpoint over HTTP (stdlib urllib). It takes
   chat messages, not token ids (`chat_input = True`); ids come from a tokenizer if one is configured.
 - `VLLMBackend` — thin wrapper over `vllm.LLM` for GPU machines; vllm is imported lazily. It cannot be
@@ -14,8 +15,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
-import inspect
 import json
 import logging
 import os
@@ -160,20 +162,26 @@ class HFBackend(Backend):
     """Batched generation with a transformers causal LM (the default; CPU or GPU).
 
     Prefix caching (`prefix_cache=True`): prompts of one env share a long head (chat template + the
-    env's instructions). Its key/value states are computed once, kept (batch 1), and sliced and
-    broadcast to every row of later calls, so each call only prefills the rows' own suffixes. Rows are
-    laid out as ``shared prefix + left padding + own suffix``; the attention mask hides the padding and
-    positions come from the mask, so every row sees exactly its unpadded prompt. The kept states are
-    dropped whenever the weights change: parameter version counters move on in-place updates, but fused
-    optimizers (torch's `AdamW(fused=True)`, the HF Trainer's CPU default) update in place WITHOUT
-    moving them, so a trainer must call `weights_changed()` after each optimizer step.
+    env's instructions). Its key/value states are computed once, kept (batch 1), and broadcast to every
+    row of later calls, so each call only prefills the rows' own suffixes (agents/kvcache.py).
+
+    Prompt sharing (`share_prompts=True`): the G episodes of a group start from one observation and a
+    small grid has few states, so a lockstep batch holds many copies of few prompts. Distinct prompts are
+    prefilled once, their KV cache is gathered out to all rows, then every row samples its own
+    continuation with transformers' logits warpers. One-token answers (an action word after a prefill)
+    need only each prompt's next-token logits, which are memoised until the weights change. Same
+    distribution, log-probs and trimming as the `generate` path; only the random stream differs.
+
+    Everything kept is dropped whenever the weights change: parameter version counters move on in-place
+    updates, but fused optimizers (torch's `AdamW(fused=True)`, the HF Trainer's CPU default) update in
+    place WITHOUT moving them, so a trainer must call `weights_changed()` after each optimizer step.
     """
 
     name = "hf"
-    #: shortest shared head worth caching (tokens)
-    min_prefix = 16
 
-    def __init__(self, model: Any, tokenizer: Any, *, prefix_cache: bool = True):
+    def __init__(self, model: Any, tokenizer: Any, *, prefix_cache: bool = True, share_prompts: bool = False):
+        from agentrl.agents.kvcache import cache_kwarg
+
         self.model = model
         self.tokenizer = tokenizer
         eos = model.generation_config.eos_token_id
@@ -186,15 +194,14 @@ class HFBackend(Backend):
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.eos_ids[0])
         self.prefix_cache = prefix_cache
+        self.share_prompts = share_prompts
         self._prefix_ids: list[int] = []
         self._prefix_states: list[tuple[Any, Any]] = []
         self._prefix_key: tuple[int, int, int] | None = None
+        self._memo: dict[tuple[int, ...], Any] = {}  # one-token answers: first-token logits per prompt
+        self._memo_key: tuple[int, int, int] | None = None
         self._weights_epoch = 0  # bumped by weights_changed()
-        # transformers >= 5.2x names the KV cache argument `cache` (formerly `past_key_values`)
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        self._cache_arg = (
-            "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
-        )
+        self._cache_arg = cache_kwarg(model)
 
     @property
     def device(self) -> Any:
@@ -207,24 +214,27 @@ class HFBackend(Backend):
         """Drop everything computed with the old weights (call after each optimizer step)."""
         self._weights_epoch += 1
         self.clear_prefix_cache()
+        self._memo, self._memo_key = {}, None
 
     def _weights_key(self) -> tuple[int, int, int]:
         return id(self.model), self._weights_epoch, sum(p._version for p in self.model.parameters())
 
     def _shared_prefix(self, prompts: list[list[int]]) -> int:
         """Length of the cached head all prompts start with (0: no prefix caching this call)."""
+        from agentrl.agents.kvcache import MIN_SHARED_PREFIX, common_prefix_length
+
         if not self.prefix_cache:
             return 0
         # every row keeps at least one token of its own, so the model computes its next-token logits
         heads = [p[:-1] for p in prompts]
-        common = _common_prefix_length(heads)
+        common = common_prefix_length(heads)
         if self._prefix_states and self._prefix_key != self._weights_key():
             self.clear_prefix_cache()  # weights changed since the states were computed
         if self._prefix_ids:
-            shared = min(common, _common_prefix_length([heads[0], self._prefix_ids]))
-            if shared >= self.min_prefix:
+            shared = min(common, common_prefix_length([heads[0], self._prefix_ids]))
+            if shared >= MIN_SHARED_PREFIX:
                 return shared
-        if common < self.min_prefix:
+        if common < MIN_SHARED_PREFIX:
             return 0
         self._compute_prefix(heads[0][:common])
         return common if self._prefix_ids else 0
@@ -232,12 +242,13 @@ class HFBackend(Backend):
     def _compute_prefix(self, prefix: list[int]) -> None:
         import torch
 
+        from agentrl.agents.kvcache import output_cache
+
         # runs inside generate's no_grad/inference_mode context
         output = self.model(
             input_ids=torch.tensor([prefix], device=self.device), use_cache=True, logits_to_keep=1
         )
-        cache = getattr(output, "cache", None) or getattr(output, "past_key_values", None)
-        layers = getattr(cache, "layers", None)
+        layers = getattr(output_cache(output), "layers", None)
         if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
             # sliding-window or recurrent layers cannot be sliced like this: generate without it
             log.info("prefix caching disabled: the model's cache is not made of plain dynamic layers")
@@ -246,16 +257,6 @@ class HFBackend(Backend):
         self._prefix_states = [(layer.keys, layer.values) for layer in layers]
         self._prefix_ids = list(prefix)
         self._prefix_key = self._weights_key()
-
-    def _prefix_cache_for(self, length: int, batch: int) -> Any:
-        """A fresh DynamicCache holding the first `length` cached positions, repeated for `batch` rows."""
-        from transformers import DynamicCache
-
-        data = [
-            (k[:, :, :length].expand(batch, -1, -1, -1), v[:, :, :length].expand(batch, -1, -1, -1))
-            for k, v in self._prefix_states
-        ]
-        return DynamicCache(data)
 
     def generation_config(self, sampling: SamplingConfig) -> Any:
         """A full GenerationConfig: every knob set explicitly so the model's own defaults (e.g. Qwen's
@@ -290,6 +291,10 @@ class HFBackend(Backend):
             return []
         if any(len(p) == 0 for p in prompts):
             raise BackendError("empty prompt")
+        if self.share_prompts:
+            return self._generate_shared(prompts, sampling, seed)
+        from agentrl.agents.kvcache import expand_states
+
         LogprobRecorder, StopOnStrings = _stopping_classes()
         was_training = self.model.training
         self.model.eval()
@@ -313,7 +318,11 @@ class HFBackend(Backend):
                     device=device,
                     dtype=torch.long,
                 )
-                extra = {self._cache_arg: self._prefix_cache_for(shared, len(prompts))} if shared else {}
+                extra = (
+                    {self._cache_arg: expand_states(self._prefix_states, shared, len(prompts))}
+                    if shared
+                    else {}
+                )
                 prompt_width = shared + width
                 recorder = LogprobRecorder(sampling.temperature if sampling.do_sample else 0.0)
                 stopping = (
@@ -356,19 +365,132 @@ class HFBackend(Backend):
                         return k
         return len(ids) if eos_at is None else eos_at + 1
 
+    # ---- prompt sharing (see the class doc) ------------------------------------------------------------
+    def _generate_shared(
+        self, prompts: list[list[int]], sampling: SamplingConfig, seed: int | None
+    ) -> list[Completion]:
+        import torch
 
-def _common_prefix_length(sequences: list[list[int]]) -> int:
-    """Length of the longest common prefix of token sequences."""
-    if not sequences:
-        return 0
-    first = sequences[0]
-    length = min(len(s) for s in sequences)
-    for other in sequences[1:]:
-        k = 0
-        while k < length and other[k] == first[k]:
-            k += 1
-        length = k
-    return length
+        from agentrl.agents.kvcache import output_cache
+
+        if sampling.max_new_tokens == 1:
+            return self._generate_one(prompts, sampling, seed)
+        keys: dict[tuple[int, ...], int] = {}
+        inverse = torch.tensor([keys.setdefault(tuple(p), len(keys)) for p in prompts], device=self.device)
+        generator = self._generator(sampling, seed)
+        eos = torch.tensor(self.eos_ids, device=self.device)
+        with self._inference():
+            cache, logits, mask, position = self._prefill([list(k) for k in keys])
+            cache.batch_select_indices(inverse)
+            logits, mask, position = logits[inverse], mask[inverse], position[inverse]
+            done = torch.zeros(len(prompts), dtype=torch.bool, device=self.device)
+            tokens, logps = [], []
+            for step in range(sampling.max_new_tokens):
+                chosen, logp = self._sample(logits.float(), sampling, generator)
+                chosen = torch.where(done, torch.full_like(chosen, self.pad_id), chosen)
+                tokens.append(chosen)
+                logps.append(logp)
+                done |= torch.isin(chosen, eos)
+                if sampling.stop:
+                    tails = self.tokenizer.batch_decode(
+                        torch.stack(tokens[-8:], 1).tolist(), skip_special_tokens=True
+                    )
+                    done |= torch.tensor(
+                        [any(s in t for s in sampling.stop) for t in tails], device=self.device
+                    )
+                if bool(done.all()) or step + 1 == sampling.max_new_tokens:
+                    break
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                position = position + 1
+                out = self.model(
+                    input_ids=chosen[:, None],
+                    attention_mask=mask,
+                    position_ids=position[:, None],
+                    use_cache=True,
+                    **{self._cache_arg: cache},
+                )
+                cache, logits = output_cache(out), out.logits[:, -1, :]
+        return self._trim(torch.stack(tokens, 1), torch.stack(logps, 1), sampling)
+
+    def _generate_one(
+        self, prompts: list[list[int]], sampling: SamplingConfig, seed: int | None
+    ) -> list[Completion]:
+        """One-token answers: each distinct prompt's next-token logits, memoised per weights, so a lockstep
+        rollout on a small grid runs each distinct observation once instead of once per step."""
+        import torch
+
+        key = self._weights_key()
+        if self._memo_key != key:
+            self._memo, self._memo_key = {}, key
+        missing = list(dict.fromkeys(tuple(p) for p in prompts if tuple(p) not in self._memo))
+        if missing:
+            with self._inference():
+                _, logits, _, _ = self._prefill([list(k) for k in missing])
+            self._memo.update(zip(missing, logits.float(), strict=True))
+        scores = torch.stack([self._memo[tuple(p)] for p in prompts])
+        chosen, logp = self._sample(scores, sampling, self._generator(sampling, seed))
+        return self._trim(chosen[:, None], logp[:, None], sampling)
+
+    def _prefill(self, prompts: list[list[int]]) -> tuple[Any, Any, Any, Any]:
+        """`prefill_shared` on top of the kept KV states of the prompts' shared head."""
+        from agentrl.agents.kvcache import prefill_shared
+
+        shared = self._shared_prefix(prompts)
+        return prefill_shared(
+            self.model, prompts, self.pad_id, (shared, self._prefix_states) if shared else None
+        )
+
+    @contextlib.contextmanager
+    def _inference(self) -> Any:
+        """Eval mode and no autograd, restoring the model's train mode afterwards."""
+        import torch
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            self.model.train(was_training)
+
+    def _generator(self, sampling: SamplingConfig, seed: int | None) -> Any:
+        import torch
+
+        if seed is None or not sampling.do_sample:
+            return None
+        return torch.Generator(device=self.device).manual_seed(int(seed))
+
+    @staticmethod
+    def _sample(scores: Any, sampling: SamplingConfig, generator: Any) -> tuple[Any, Any]:
+        """One token per row (temperature, top-k, top-p through transformers' warpers, or greedy) and its
+        log_softmax(scores / T) before top-k/top-p, as the `generate` path records it."""
+        import torch
+        from transformers import (
+            LogitsProcessorList,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        if not sampling.do_sample:
+            chosen = scores.argmax(-1)
+            return chosen, torch.log_softmax(scores, dim=-1).gather(1, chosen[:, None]).squeeze(1)
+        log_probs = torch.log_softmax(scores / sampling.temperature, dim=-1)
+        warpers = LogitsProcessorList([TemperatureLogitsWarper(sampling.temperature)])
+        if sampling.top_k > 0:
+            warpers.append(TopKLogitsWarper(sampling.top_k))
+        if sampling.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(sampling.top_p))
+        warped = warpers(None, scores)
+        chosen = torch.multinomial(torch.softmax(warped, -1), 1, generator=generator).squeeze(1)
+        return chosen, log_probs.gather(1, chosen[:, None]).squeeze(1)
+
+    def _trim(self, tokens: Any, logps: Any, sampling: SamplingConfig) -> list[Completion]:
+        results: list[Completion] = []
+        for row, lps in zip(tokens.tolist(), logps.cpu().tolist(), strict=True):
+            end = self._completion_length(row, sampling.stop)
+            results.append((row[:end], lps[:end]))
+        return results
 
 
 # ---- OpenAI-compatible HTTP ------------------------------------------------------------------------
@@ -575,57 +697,44 @@ class VLLMBackend(Backend):
 
 
 # ---- construction ----------------------------------------------------------------------------------
-def build_backend(model_cfg: Any, *, model: Any = None, tokenizer: Any = None, seed: int = 0) -> Backend:
-    """The backend named by `model.backend`. A preloaded `model`/`tokenizer` (training's policy) is reused."""
-    from agentrl.models import _get, load_model, load_tokenizer, resolve_name_or_path
+def build_backend(
+    model_cfg: Any, *, model: Any = None, tokenizer: Any = None, seed: int = 0, share_prompts: bool = False
+) -> Backend:
+    """The backend named by `model.backend`. A preloaded `model`/`tokenizer` (training's policy) is reused;
+    `share_prompts` turns on the hf backend's prompt sharing (training rollouts)."""
+    from agentrl.models import load_model, load_tokenizer, model_config, resolve_name_or_path
 
-    kind = str(_get(model_cfg, "backend", "hf"))
-    if kind == "hf":
+    cfg = model_config(model_cfg)
+    if cfg.backend == "hf":
         if model is None:
-            model, loaded_tokenizer = load_model(model_cfg)
+            model, loaded_tokenizer = load_model(cfg)
             tokenizer = tokenizer or loaded_tokenizer
         elif tokenizer is None:
-            tokenizer = load_tokenizer(model_cfg)
-        return HFBackend(model, tokenizer, prefix_cache=bool(_get(model_cfg, "prefix_cache", True)))
-    if kind == "openai":
-        tokenizer_path = _get(model_cfg, "tokenizer")
-        if tokenizer is None and tokenizer_path:
-            tokenizer = load_tokenizer({**_as_dict(model_cfg), "name_or_path": tokenizer_path})
+            tokenizer = load_tokenizer(cfg)
+        return HFBackend(model, tokenizer, prefix_cache=cfg.prefix_cache, share_prompts=share_prompts)
+    if cfg.backend == "openai":
+        if tokenizer is None and cfg.tokenizer:
+            tokenizer = load_tokenizer(dataclasses.replace(cfg, name_or_path=cfg.tokenizer))
         return OpenAIBackend(
-            str(_get(model_cfg, "base_url", "")),
-            str(_get(model_cfg, "name", "")),
-            api_key_env=_get(model_cfg, "api_key_env"),
+            cfg.base_url,
+            cfg.name,
+            api_key_env=cfg.api_key_env,
             tokenizer=tokenizer,
-            timeout=float(_get(model_cfg, "timeout", 120)),
-            max_concurrency=int(_get(model_cfg, "max_concurrency", 16)),
-            logprobs=bool(_get(model_cfg, "logprobs", True)),
-            return_token_ids=bool(_get(model_cfg, "return_token_ids", False)),
+            timeout=cfg.timeout,
+            max_concurrency=cfg.max_concurrency,
+            logprobs=cfg.logprobs,
+            return_token_ids=cfg.return_token_ids,
         )
-    if kind == "vllm":
-        engine = dict(_as_dict(_get(model_cfg, "vllm", {})))
-        dtype = str(_get(model_cfg, "dtype", "auto"))
+    if cfg.backend == "vllm":
         return VLLMBackend(
-            resolve_name_or_path(model_cfg),
+            resolve_name_or_path(cfg),
             tokenizer=tokenizer,
             seed=seed,
-            dtype=dtype,
-            trust_remote_code=bool(_get(model_cfg, "trust_remote_code", False)),
-            **engine,
+            dtype=cfg.dtype,
+            trust_remote_code=cfg.trust_remote_code,
+            **dict(cfg.vllm),
         )
-    raise UnknownChoiceError("model.backend", kind, BACKENDS)
-
-
-def _as_dict(cfg: Any) -> dict[str, Any]:
-    if cfg is None:
-        return {}
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            return dict(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
-    return dict(cfg)
+    raise UnknownChoiceError("model.backend", cfg.backend, BACKENDS)
 
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The LLM agent: the text interface (observation -> prompt, completion -> action) and `LLMAgent`.
 
-In the MS-GRPO paper's terms (ALGORITHMS.md §1) the environment is a text-mediated game and the agent
+In the MS-GRPO paper's terms (docs/algorithms.md#ms-grpo) the environment is a text-mediated game and the agent
 is a Language-Agent Policy: the LLM plus this interface. The interface is configured by `conf/agent/
 llm.yaml`:
 
@@ -20,6 +20,7 @@ step.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass
@@ -199,8 +200,17 @@ class LLMAgent(Agent):
     def __init__(self, interface: TextInterface, backend: Backend, sampling: SamplingConfig | None = None):
         self.interface = interface
         self.backend = backend
-        #: sampling settings; training replaces this (train vs eval temperature)
         self.sampling = sampling or SamplingConfig()
+
+    def configured(
+        self, *, sampling: SamplingConfig | None = None, invalid_penalty: float | None = None
+    ) -> LLMAgent:
+        """The same policy (same backend and model) with other sampling settings or invalid-action
+        penalty: training rolls out and evaluates through two such views and never changes this one."""
+        interface = self.interface
+        if invalid_penalty is not None:
+            interface = dataclasses.replace(interface, invalid_penalty=float(invalid_penalty))
+        return LLMAgent(interface, self.backend, sampling or self.sampling)
 
     @property
     def tokenizer(self) -> Any:
@@ -269,7 +279,8 @@ def sampling_from_cfg(agent_cfg: Any, interface: TextInterface | None = None) ->
 def build_llm_agent(cfg: Any, **kwargs: Any) -> LLMAgent:
     """Build the LLM agent from the full config (cfg.agent, cfg.model, cfg.seed).
 
-    kwargs: `backend=` (use it as is), or `model=`/`tokenizer=` (a preloaded policy, e.g. training's).
+    kwargs: `backend=` (use it as is), or `model=`/`tokenizer=` (a preloaded policy, e.g. training's) and
+    `share_prompts=` (the hf backend's prompt sharing, for training rollouts).
     """
     interface = TextInterface.from_cfg(cfg.agent)
     sampling = sampling_from_cfg(cfg.agent, interface)
@@ -280,6 +291,7 @@ def build_llm_agent(cfg: Any, **kwargs: Any) -> LLMAgent:
             model=kwargs.pop("model", None),
             tokenizer=kwargs.pop("tokenizer", None),
             seed=int(cfg.get("seed", 0) or 0),
+            share_prompts=bool(kwargs.pop("share_prompts", False)),
         )
     if kwargs:
         log.debug("build_llm_agent ignores %s", sorted(kwargs))
@@ -290,32 +302,22 @@ def format_prompt_preview(cfg: Any) -> str:
     """The exact prompt the model sees for the env's first observation (seed cfg.seed)."""
     import numpy as np
 
-    from agentrl.models import _get, load_tokenizer
+    from agentrl.envs import env_factory
+    from agentrl.models import load_tokenizer, model_config
 
     interface = TextInterface.from_cfg(cfg.agent)
-    env = _make_env(cfg.env)
-    seed = int(cfg.get("seed", 0) or 0)
+    env = env_factory(cfg.env)()
+    seed = int(cfg.seed)
     observation, info = env.reset(seed=seed)
     ctx = StepContext(env, observation, info, [], np.random.default_rng(seed), 0)
+    model = model_config(cfg.model)
     tokenizer = None
-    if _get(cfg.model, "backend", "hf") != "openai":
-        tokenizer = load_tokenizer(cfg.model)
-    elif _get(cfg.model, "tokenizer"):
-        from agentrl.agents.backends import _as_dict
-
-        tokenizer = load_tokenizer({**_as_dict(cfg.model), "name_or_path": _get(cfg.model, "tokenizer")})
+    if model.backend != "openai":
+        tokenizer = load_tokenizer(model)
+    elif model.tokenizer:
+        tokenizer = load_tokenizer(dataclasses.replace(model, name_or_path=model.tokenizer))
     env.close()
     return interface.render(interface.messages(ctx), tokenizer)
-
-
-def _make_env(env_cfg: Any) -> Any:
-    """The env named by `cfg.env.name` with the other keys of cfg.env as constructor arguments."""
-    from agentrl.agents.backends import _as_dict
-    from agentrl.envs import make_env
-
-    options = _as_dict(env_cfg)
-    name = options.pop("name")
-    return make_env(name, **options)
 
 
 __all__ = [

@@ -1,14 +1,15 @@
-"""MS-GRPO credit assignment and AAW episode sampling (ALGORITHMS.md §1; Dilkes et al., arXiv 2508.10839).
+"""MS-GRPO credit assignment and AAW episode sampling (Dilkes et al., arXiv 2508.10839;
+docs/algorithms.md#ms-grpo).
 
-Pure functions over `Episode`s: no model, no torch. The trainer (trainers/multistep_grpo.py) turns
+Pure functions over `Episode`s: no model, no torch. The trainer (agentrl/trainers/multistep.py) turns
 their output into the tensors TRL's clipped surrogate expects.
 
 - Episode return        R_i = sum_t r_{i,t}                       ("the entire cumulative episode reward")
 - Group advantage       A_i = (R_i - mean_g(R)) / (std_g(R) + eps)  (GRPO over episode returns; g = the
                         group of G episodes that share an env seed)
 - Credit                every step t of episode i carries A_i on all its completion tokens
-- AAW                   train on K episodes drawn without replacement with p_i ∝ |A_i| + eps (the exact
-                        form is open in the paper; this is ALGORITHMS.md's default)
+- AAW                   train on K episodes drawn without replacement with p_i ∝ |A_i| + eps (the paper
+                        leaves the exact form open; docs/algorithms.md#aaw)
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -150,9 +153,35 @@ def step_samples(
     return samples
 
 
+@dataclass
+class Credit:
+    """An algorithm's credit assignment for one iteration: the training rows, and per episode its
+    advantage and whether it was kept for the update."""
+
+    samples: list[StepSample]
+    advantages: list[float]
+    kept: list[int]
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def assign_credit(episodes: Sequence[Episode], algo: Any, rng: np.random.Generator) -> Credit:
+    """MS-GRPO for one iteration: group advantages over episode returns, AAW (or, with
+    `algo.aaw.enabled=false`, uniform) episode sampling, then every step of a kept episode becomes a row
+    carrying its episode's advantage. `algo` is the typed `algo` config (MSGRPOConfig)."""
+    advantages = group_advantages(episodes, normalize_std=algo.normalize_std, eps=algo.eps)
+    aaw = algo.aaw
+    if aaw.enabled:
+        keep = aaw_sample(episodes, advantages, fraction=aaw.fraction, count=aaw.count, rng=rng, eps=aaw.eps)
+    else:
+        keep = uniform_sample(episodes, fraction=aaw.fraction, count=aaw.count, rng=rng)
+    return Credit(step_samples(episodes, advantages, keep), advantages, keep)
+
+
 __all__ = [
+    "Credit",
     "StepSample",
     "aaw_sample",
+    "assign_credit",
     "group_advantages",
     "step_samples",
     "uniform_sample",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,15 @@ def make_env(name: str, **kwargs: Any) -> TextEnv:
         raise ConfigError(f"env {name!r}: {exc}") from exc
 
 
+def env_factory(env_cfg: Any) -> Callable[[], TextEnv]:
+    """A zero-argument constructor of the env an `env` config names (its other keys are the constructor's
+    arguments); builds one env now so a bad option fails early."""
+    options = {str(k): env_cfg[k] for k in env_cfg}
+    name = options.pop("name")
+    make_env(name, **options).close()
+    return lambda: make_env(name, **options)
+
+
 def register_gym_envs() -> None:
     for spec in ENV_SPECS.values():
         if spec.gym_id not in gym.registry:
@@ -89,4 +99,12 @@ def register_gym_envs() -> None:
 
 register_gym_envs()
 
-__all__ = ["ENV_SPECS", "EnvSpec", "NumericObservation", "TextEnv", "make_env", "register_gym_envs"]
+__all__ = [
+    "ENV_SPECS",
+    "EnvSpec",
+    "NumericObservation",
+    "TextEnv",
+    "env_factory",
+    "make_env",
+    "register_gym_envs",
+]

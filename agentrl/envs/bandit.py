@@ -1,4 +1,4 @@
-"""Multi-armed bandit in BanditBench's "button" framing (ALGORITHMS.md §2, RLFT paper).
+"""Multi-armed bandit in BanditBench's "button" framing (the RLFT paper; docs/envs.md).
 
 K buttons carry colour names drawn from a fixed list and shuffled by the reset seed, so the
 name -> arm map differs between episodes but is fixed within one. Each button pays a reward drawn
@@ -12,7 +12,7 @@ BanditBench gives the model. ``info`` carries the diagnostics evaluation needs a
 more often than every other arm (the agent identified and exploited it).
 
 ``info["episode_metrics"]`` (averaged over episodes by evaluation.py as ``mean_<key>``) holds the RLFT
-paper's diagnostics (ALGORITHMS.md §2), computed so far in the episode:
+paper's diagnostics (docs/algorithms.md), computed so far in the episode:
 ``regret``; ``action_coverage`` (share of arms tried); ``best_arm_share`` (share of pulls on the best arm);
 ``greedy_share`` (share of pulls, after the first, of an arm with the highest empirical mean so far);
 ``frequency_share`` (share of pulls, after the first, of an arm pulled most often so far: frequency bias).

@@ -32,6 +32,8 @@ class TextEnv(gym.Env):
     action_names: list[str]
     #: hard cap on the number of agent moves in one episode (truncation)
     max_steps: int
+    #: the keys `reset(options=...)` understands (documented in each env's class docstring)
+    reset_option_names: ClassVar[tuple[str, ...]] = ()
 
     observation_space = gym.spaces.Text(max_length=8192, charset=TEXT_CHARSET)
 

@@ -1,4 +1,4 @@
-"""Frozen Lake as a text game (ALGORITHMS.md §1 "Environments used").
+"""Frozen Lake as a text game (docs/envs.md).
 
 Built on gymnasium's FrozenLake: the standard maps (`MAPS["4x4"]`, `MAPS["8x8"]`), its random-map
 generator (`generate_random_map(size, p, seed)`, a new map per reset seed, as in the MS-GRPO authors'
@@ -47,12 +47,35 @@ def transition_model(
     return _transition_table(tuple(rows), bool(slippery))
 
 
+def _probability(value: Any) -> float:
+    """The `random_start` reset option as a float in [0, 1]; ConfigError otherwise."""
+    try:
+        p = float(value)
+    except (TypeError, ValueError):
+        p = float("nan")
+    if isinstance(value, bool) or not 0.0 <= p <= 1.0:  # NaN fails the comparison too
+        raise ConfigError(
+            f"frozenlake reset option random_start must be a probability in [0, 1], got {value!r}"
+        )
+    return p
+
+
 class FrozenLakeEnv(TextEnv):
-    """Reach the goal `G` from the top-left start without falling into a hole `O`."""
+    """Reach the goal `G` from the top-left start without falling into a hole `O`.
+
+    Reset options (`env.reset(seed=s, options={...})`):
+
+    - ``random_start`` (float in [0, 1], default 0): with this probability the episode starts on a
+      random safe cell (`S` or `F`) instead of the start cell, both drawn from the env's seeded
+      generator after the map is set, so a seed fixes the start. A training curriculum: episodes
+      also begin on cells a fixed start rarely reaches. With 0 (or absent) the generator is not
+      touched, so the episode is exactly the plain reset's.
+    """
 
     name = "frozenlake"
     # gymnasium's action order (LEFT=0, DOWN=1, RIGHT=2, UP=3)
     action_names = ["left", "down", "right", "up"]
+    reset_option_names = ("random_start",)
 
     def __init__(
         self,
@@ -91,12 +114,16 @@ class FrozenLakeEnv(TextEnv):
 
     # ---- episode dynamics ------------------------------------------------------------------
     def _reset(self, options: dict) -> None:
+        random_start = _probability(options.get("random_start", 0.0))
         if self.map_name == "random":
             # The map seed comes from the reset seed's generator: same seed -> same map.
             self._set_map(
                 generate_random_map(self.size, self.p, seed=int(self.np_random.integers(2**31 - 1)))
             )
         self.position = self.start
+        if random_start > 0 and self.np_random.random() < random_start:
+            cells = [(r, c) for r, row in enumerate(self.rows) for c, ch in enumerate(row) if ch in "SF"]
+            self.position = cells[int(self.np_random.integers(len(cells)))]
 
     def _step(self, index: int) -> tuple[float, bool, bool, dict[str, Any]]:
         row, col = self.position

@@ -1,4 +1,4 @@
-"""Snake as a text game (ALGORITHMS.md §1 "Environments used"), with optional poison apples.
+"""Snake as a text game (docs/envs.md), with optional poison apples.
 
 Rules (the seed paper's Snake, with the choices it leaves open made explicit):
 
@@ -80,6 +80,7 @@ class SnakeEnv(TextEnv):
 
     name = "snake"
     action_names = ["up", "down", "left", "right"]
+    reset_option_names = ("snake", "direction", "opponent", "opponent_direction", "apples", "poison")
 
     def __init__(
         self,
@@ -368,60 +369,83 @@ class SnakeEnv(TextEnv):
         return self.action_index("up")  # the seed paper's default for an unparseable answer
 
     # ---- numeric view for DQN --------------------------------------------------------------
-    #: planes of `numeric_observation`, in order
-    PLANES = ("own_head", "own_body", "opponent_head", "opponent_body", "apples", "poison")
+    #: blocks of `numeric_observation`, in order: 4 values each (up, down, left, right, the
+    #: `action_names` order, which is also the Q-network's action order), then 2 scalars
+    FEATURES = (
+        "danger",
+        "head_on",
+        "poison",
+        "apple_direction",
+        "room",
+        "heading",
+        "length",
+        "apple_distance",
+    )
+    N_FEATURES = 26
 
     def numeric_space(self) -> gym.spaces.Box:
-        return gym.spaces.Box(0.0, 1.0, shape=(len(self.PLANES) * self.size * self.size,), dtype=np.float32)
+        return gym.spaces.Box(0.0, 1.0, shape=(self.N_FEATURES,), dtype=np.float32)
 
     def numeric_observation(self) -> np.ndarray:
-        """Binary planes `PLANES` (the poison plane is all zero without poison), flattened row-major."""
-        planes = np.zeros((len(self.PLANES), self.size, self.size), dtype=np.float32)
-        planes[0][self.snake.head] = 1.0
-        for cell in self.snake.cells[1:]:
-            planes[1][cell] = 1.0
-        if self.opponent is not None:
-            planes[2][self.opponent.head] = 1.0
-            for cell in self.opponent.cells[1:]:
-                planes[3][cell] = 1.0
-        for cell in self.apples:
-            planes[4][cell] = 1.0
-        for cell in self.poison:
-            planes[5][cell] = 1.0
-        return planes.reshape(-1)
+        """26 compact features of the board around the head (each 4-block in `action_names` order).
 
-    #: features of `compact_observation`, in order (4 values each, in `action_names` order, then length)
-    COMPACT_FEATURES = ("death_next", "next_to_opponent_head", "poison_next", "apple_direction", "heading")
+        danger (4): the move dies now (wall, own body except the tail that moves away, any cell of the
+        enemy); head_on (4): the target cell is next to the enemy head (it may move there: head-on
+        collision); poison (4): the target cell holds a poison apple; apple_direction (4): the nearest
+        apple (Manhattan) lies up / down / left / right of the head; room (4): free cells reachable
+        from the target cell (flood fill) / board cells, 0 if the move dies; heading (4): one-hot
+        direction of the last move; then length / board cells and the nearest apple's distance /
+        (2 * size).
 
-    def compact_space(self) -> gym.spaces.Box:
-        return gym.spaces.Box(0.0, 1.0, shape=(4 * len(self.COMPACT_FEATURES) + 1,), dtype=np.float32)
-
-    def compact_observation(self) -> np.ndarray:
-        """A small hand-made feature vector (the classic DQN-snake state), an alternative to the planes.
-
-        Per direction (up, down, left, right): the move dies now (wall, body, neck), the cell touches
-        the opponent's head, the cell holds poison, the nearest apple lies that way, the current
-        heading; then the snake's length / board cells.
+        Why features rather than board planes: an MLP on flattened planes has to learn the
+        translation-invariant "is the cell next to my head free" from hundreds of inputs and, on a
+        CPU budget of a few minutes, stays near random; these features make the one-step dangers and
+        the apple direction linear in the input, and DQN eats several apples per episode after
+        30k steps (benchmarks/dqn_snake.py).
         """
+        n = self.size
         head = self.snake.head
-        blocked = set(self.snake.cells[1:-1]) | (
-            {self.snake.cells[1]} if len(self.snake.cells) > 1 else set()
-        )
-        near: set[Cell] = set()
+        body = self.snake.cells[1:]
+        # The tail leaves its cell this step unless the snake eats; with one body segment the tail is
+        # the neck, and reversing into the neck kills.
+        blocked = set(body[:-1] if len(body) >= 2 else body)
+        near_enemy: set[Cell] = set()
         if self.opponent is not None:
             blocked |= set(self.opponent.cells)
-            near = {_step_cell(self.opponent.head, d) for d in self.action_names}
-        apple = min(self.apples, key=lambda a: abs(a[0] - head[0]) + abs(a[1] - head[1]), default=None)
-        features: list[float] = []
-        cells = [_step_cell(head, d) for d in self.action_names]
-        features += [float(not self._in_bounds(c) or c in blocked) for c in cells]
-        features += [float(c in near) for c in cells]
-        features += [float(c in self.poison) for c in cells]
-        if apple is None:
-            features += [0.0] * 4
-        else:
-            dr, dc = apple[0] - head[0], apple[1] - head[1]
-            features += [float(dr < 0), float(dr > 0), float(dc < 0), float(dc > 0)]
-        features += [float(self.snake.direction == d) for d in self.action_names]
-        features.append(len(self.snake.cells) / self.size**2)
-        return np.asarray(features, dtype=np.float32)
+            near_enemy = {_step_cell(self.opponent.head, d) for d in DIRECTIONS}
+        free = {(r, c) for r in range(n) for c in range(n)} - blocked - {head}
+        component = _component_sizes(free)
+        feats = np.zeros(self.N_FEATURES, dtype=np.float32)
+        for k, name in enumerate(self.action_names):
+            cell = _step_cell(head, name)
+            dies = cell not in free
+            feats[k] = float(dies)
+            feats[4 + k] = float(cell in near_enemy)
+            feats[8 + k] = float(cell in self.poison)
+            feats[16 + k] = 0.0 if dies else component.get(cell, 0) / (n * n)
+        if self.apples:
+            ar, ac = min(self.apples, key=lambda a: abs(a[0] - head[0]) + abs(a[1] - head[1]))
+            feats[12:16] = [ar < head[0], ar > head[0], ac < head[1], ac > head[1]]
+            feats[25] = (abs(ar - head[0]) + abs(ac - head[1])) / (2 * n)
+        if self.snake.direction in self.action_names:
+            feats[20 + self.action_names.index(self.snake.direction)] = 1.0
+        feats[24] = len(self.snake.cells) / (n * n)
+        return feats
+
+
+def _component_sizes(free: set[Cell]) -> dict[Cell, int]:
+    """Size of the 4-connected component of every free cell (one pass over the board)."""
+    sizes: dict[Cell, int] = {}
+    for start in free:
+        if start in sizes:
+            continue
+        seen, stack = {start}, [start]
+        while stack:
+            r, c = stack.pop()
+            for nxt in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1)):
+                if nxt in free and nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        for cell in seen:
+            sizes[cell] = len(seen)
+    return sizes

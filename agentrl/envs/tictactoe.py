@@ -1,4 +1,4 @@
-"""Tic-tac-toe against a random, MCTS or perfect opponent (ALGORITHMS.md §2, RLFT paper).
+"""Tic-tac-toe against a random, MCTS or perfect opponent (the RLFT paper; docs/envs.md).
 
 The agent plays `agent_mark` ("X" moves first; if the agent is "O" the opponent moves inside `reset`).
 Actions are the cells "1".."9", numbered row by row; ``info["valid_actions"]`` lists the empty cells.

@@ -1,0 +1,729 @@
+"""Typed schemas of every config option: one dataclass per YAML file under agentrl/conf/.
+
+Each YAML file names its schema in its defaults list (`defaults: [<option>_schema, _self_]`), so Hydra
+merges the file onto the dataclass: field names are the YAML keys, and OmegaConf rejects unknown keys
+and values of the wrong type (e.g. `maybe` for a bool) while composing. Ranges and choices are declared
+in each field's metadata and checked in `__post_init__`, which runs when a composed node is turned into
+its dataclass (`agentrl.config.typed`, or `compose_config`, which does it for every group).
+
+Every field carries `metadata={"help": ..., "source": ...}`: source is `paper` (the method's paper),
+`code` (the paper authors' code) or `ours` (our choice); `agentrl config <group>=<option> --describe`
+prints them. Method details: docs/algorithms.md; environments: docs/envs.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import types
+import typing
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
+from typing import Any, ClassVar
+
+from agentrl.errors import ConfigError
+
+SOURCES = ("paper", "code", "ours")
+
+# Choices of the env constructors and consumers; tests/test_config.py checks they match the modules, so
+# composing a config stays free of torch, trl and the env modules.
+FROZENLAKE_MAPS = ("4x4", "8x8", "random")
+BANDIT_REWARDS = ("bernoulli", "gaussian")
+BANDIT_MAX_ARMS = 24  # colour names available for the buttons (envs/bandit.py COLOURS)
+TICTACTOE_MARKS = ("X", "O")
+TICTACTOE_OPPONENTS = ("random", "mcts", "perfect")
+INVALID_RULES = ("penalty_default", "penalty_end", "random")
+BACKENDS = ("hf", "openai", "vllm")
+DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")  # models.resolve_dtype
+# trl GRPOConfig.loss_type (trl 1.16)
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+# transformers SchedulerType values (transformers 5)
+LR_SCHEDULERS = (
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "reduce_lr_on_plateau",
+    "cosine_with_min_lr",
+    "cosine_warmup_with_min_lr",
+    "warmup_stable_decay",
+    "greedy",
+)
+TASKS = ("eval", "train")
+_TAG = re.compile(r"[A-Za-z_][\w-]*")
+
+
+def setting(
+    default: Any = MISSING,
+    help: str = "",
+    source: str = "ours",
+    *,
+    factory: Any = None,
+    choices: tuple[Any, ...] | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+) -> Any:
+    """A schema field: default (or `factory`), one-line help, source, and the checks its value must pass."""
+    if source not in SOURCES:
+        raise ValueError(f"source {source!r} is not one of {SOURCES}")
+    metadata: dict[str, Any] = {"help": help, "source": source}
+    for name, value in (("choices", choices), ("ge", ge), ("gt", gt), ("le", le), ("lt", lt)):
+        if value is not None:
+            metadata[name] = value
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def show(value: Any) -> str:
+    """A value as it is written on the command line (null, true, 1.5, text)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if value else '""'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(show(v) for v in value) + "]"
+    return str(value)
+
+
+def rule_text(meta: typing.Mapping[str, Any]) -> str:
+    """The allowed values a field's metadata declares, e.g. `in (0, 1]`, `>= 1`, `one of: a, b`."""
+    if "choices" in meta:
+        return "one of: " + ", ".join(show(c) for c in meta["choices"])
+    low = ("[", meta["ge"]) if "ge" in meta else ("(", meta["gt"]) if "gt" in meta else None
+    high = ("]", meta["le"]) if "le" in meta else (")", meta["lt"]) if "lt" in meta else None
+    if low and high:
+        return f"in {low[0]}{show(low[1])}, {show(high[1])}{high[0]}"
+    if low:
+        return f"{'>=' if low[0] == '[' else '>'} {show(low[1])}"
+    if high:
+        return f"{'<=' if high[0] == ']' else '<'} {show(high[1])}"
+    return ""
+
+
+def _in_range(value: float, meta: typing.Mapping[str, Any]) -> bool:
+    if isinstance(value, float) and math.isnan(value):
+        return False
+    return (
+        ("ge" not in meta or value >= meta["ge"])
+        and ("gt" not in meta or value > meta["gt"])
+        and ("le" not in meta or value <= meta["le"])
+        and ("lt" not in meta or value < meta["lt"])
+    )
+
+
+def type_name(annotation: Any) -> str:
+    """`int`, `float | None`, `list[int]`, `any` ... for --describe."""
+    if annotation is Any:
+        return "any"
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join("None" if a is type(None) else type_name(a) for a in typing.get_args(annotation))
+    if origin is not None:
+        args = ", ".join(type_name(a) for a in typing.get_args(annotation))
+        return f"{origin.__name__}[{args}]" if args else origin.__name__
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _type_error(annotation: Any, value: Any) -> str | None:
+    """What a value of the wrong type should have been, or None when it fits `annotation`."""
+    if annotation is Any:
+        return None
+    args = typing.get_args(annotation)
+    if type(None) in args:
+        if value is None:
+            return None
+        rest = [a for a in args if a is not type(None)]
+        annotation = rest[0] if len(rest) == 1 else Any
+        return _type_error(annotation, value)
+    if value is None:
+        return "must not be null"
+    origin = typing.get_origin(annotation) or annotation
+    if origin is bool:
+        return None if isinstance(value, bool) else "expected a boolean (true or false)"
+    if origin is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "expected an integer"
+    if origin is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else "expected a number"
+    if origin is str:
+        return None if isinstance(value, str) else "expected a string"
+    if origin is list:
+        if not isinstance(value, list):
+            return "expected a list"
+        (item,) = typing.get_args(annotation) or (Any,)
+        bad = [v for v in value if _type_error(item, v)]
+        return f"expected a list of {type_name(item)}" if bad else None
+    if origin is dict:
+        return None if isinstance(value, dict) else "expected a mapping"
+    return None
+
+
+@dataclass
+class Schema:
+    """Base of every schema: `__post_init__` checks types, choices and ranges of each field, then the
+    cross-field rules of `check`. A group's schema sets PREFIX (its full key, e.g. "algo") and checks
+    its nested schemas too; nested schemas (PREFIX None) are checked by the group that holds them."""
+
+    PREFIX: ClassVar[str | None] = None
+
+    def __post_init__(self) -> None:
+        if self.PREFIX is not None:
+            self.validate(self.PREFIX)
+
+    def validate(self, prefix: str) -> None:
+        hints = _hints(type(self))
+        for f in fields(self):
+            key = f"{prefix}.{f.name}" if prefix else f.name
+            value = getattr(self, f.name)
+            if isinstance(value, Schema):
+                value.validate(key)
+                continue
+            problem = _type_error(hints[f.name], value)
+            if problem is None and value is not None:
+                meta = f.metadata
+                if "choices" in meta and value not in meta["choices"]:
+                    problem = f"must be {rule_text(meta)}"
+                elif any(k in meta for k in ("ge", "gt", "le", "lt")) and not _in_range(value, meta):
+                    problem = f"must be {rule_text(meta)}"
+            if problem:
+                raise ConfigError(f"{key}={show(value)}: {problem}{self.context()}")
+        self.check(prefix)
+
+    def context(self) -> str:
+        """Appended to error lines: which option's rules applied (an env's keys depend on the env)."""
+        return ""
+
+    def check(self, prefix: str) -> None:
+        """Rules that involve more than one field (override in a schema)."""
+
+    def fail(self, prefix: str, key: str, problem: str) -> None:
+        """Raise the one-line error for `key` (relative to this node)."""
+        value: Any = self
+        for part in key.split("."):
+            value = getattr(value, part)
+        full = f"{prefix}.{key}" if prefix else key
+        raise ConfigError(f"{full}={show(value)}: {problem}{self.context()}")
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def field_rows(cls: type, values: Any = None, prefix: str = "") -> list[dict[str, Any]]:
+    """One row per leaf field of a schema, nested fields dotted (aaw.fraction): key, type, value (from
+    `values`, a mapping or object, else the dataclass default), help, source and the allowed values."""
+    rows: list[dict[str, Any]] = []
+    hints = _hints(cls)
+    for f in fields(cls):
+        key = f"{prefix}{f.name}"
+        value = _value_of(values, f)
+        annotation = hints[f.name]
+        if isinstance(annotation, type) and is_dataclass(annotation):
+            rows.extend(field_rows(annotation, value, prefix=f"{key}."))
+            continue
+        rows.append(
+            {
+                "key": key,
+                "type": type_name(annotation),
+                "value": value,
+                "help": f.metadata.get("help", ""),
+                "source": f.metadata.get("source", ""),
+                "allowed": rule_text(f.metadata),
+            }
+        )
+    return rows
+
+
+def _value_of(values: Any, f: Field) -> Any:
+    if values is not None:
+        if isinstance(values, typing.Mapping) or hasattr(values, "keys"):
+            if f.name in values:
+                return values[f.name]
+        elif hasattr(values, f.name):
+            return getattr(values, f.name)
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return None
+
+
+# =====================================================================================================
+# root
+# =====================================================================================================
+@dataclass
+class EvalConfig(Schema):
+    """`eval.*`: the held-out evaluation every command runs."""
+
+    episodes: int = setting(20, "held-out episodes per evaluation", ge=1)
+    seed_offset: int = setting(
+        1000000, "eval env seeds = seed_offset + 1000*seed + k; training seeds stay below it", ge=0
+    )
+    lockstep: bool = setting(True, "advance all eval episodes together (one batched agent call per step)")
+    transcripts: bool = setting(
+        True, "LLM agents: write transcripts.jsonl (prompt, completion, action per step)"
+    )
+
+
+@dataclass
+class AgentRLConfig(Schema):
+    """The root config (conf/config.yaml). The groups (env, agent, model, algo) are typed by their own
+    option's schema, so here they are Any."""
+
+    PREFIX: ClassVar[str | None] = ""
+
+    task: str = setting("eval", "set by the command: eval | train", choices=TASKS)
+    seed: int = setting(0, "global seed: agent randomness, training, and which held-out eval seeds are used")
+    name: str = setting("${task}_${env.name}", "run-directory suffix")
+    resume: str | None = setting(None, "train: a run directory to continue (`agentrl train resume=<dir>`)")
+    eval: EvalConfig = setting(factory=EvalConfig, help="held-out evaluation settings")
+    env: Any = setting(None, "the environment (env=<option>, conf/env/)")
+    agent: Any = setting(None, "who acts in eval (agent=<option>, conf/agent/)")
+    model: Any = setting(None, "the language model and its backend (model=<option>, conf/model/)")
+    algo: Any = setting(None, "the training algorithm (algo=<option>, conf/algo/); null outside train")
+
+
+# =====================================================================================================
+# env: keys = the env constructor's arguments (agentrl/envs/*.py); docs/envs.md
+# =====================================================================================================
+@dataclass
+class EnvSchema(Schema):
+    """Base of the env schemas: errors name the env, whose constructor the keys belong to."""
+
+    PREFIX: ClassVar[str | None] = "env"
+
+    def context(self) -> str:
+        return f" (env {getattr(self, 'name', '?')})"
+
+
+@dataclass
+class FrozenLakeConfig(EnvSchema):
+    """Frozen Lake (conf/env/frozenlake.yaml): gymnasium's FrozenLake as a text game."""
+
+    name: str = setting("frozenlake", "env registry name", choices=("frozenlake",))
+    map: str = setting(
+        "4x4",
+        "4x4 or 8x8 (gymnasium's fixed maps) or random (a new size x size map per reset seed)",
+        "paper",
+        choices=FROZENLAKE_MAPS,
+    )
+    size: int = setting(4, "side of the board for map=random (ignored for the fixed maps)", ge=2)
+    p: float = setting(0.8, "map=random: probability a tile is frozen (generate_random_map)", gt=0, le=1)
+    slippery: bool = setting(False, "slippery ice: intended move 1/3, each perpendicular move 1/3", "paper")
+    max_steps: int = setting(8, "move cap (truncation); the paper caps episodes at 8 moves", "paper", ge=1)
+
+
+@dataclass
+class SnakeConfig(EnvSchema):
+    """Snake and its Poison Apple variant (conf/env/snake.yaml, snake_poison.yaml)."""
+
+    name: str = setting("snake", "env registry name", choices=("snake", "snake_poison"))
+    size: int = setting(10, "board side (10x10 in the paper)", "paper", ge=4)
+    apples: int = setting(
+        1, "apples on the board at once; an eaten apple respawns on a free cell", "code", ge=0
+    )
+    opponent: bool = setting(True, "a random-moving enemy snake that respawns when it dies", "code")
+    max_steps: int = setting(100, "move cap (truncation)", "code", ge=1)
+    step_penalty: float = setting(0.01, "subtracted every move the agent survives (also on moves that eat)")
+    poison_apples: int = setting(0, "poison apples (X) on the board; eating one gives poison_reward", ge=0)
+    poison_reward: float = setting(-1.0, "reward for eating a poison apple (stated in the instructions)")
+    start_length: int = setting(1, "cells per snake at the start (1 = head only); at most size/2", ge=1)
+
+    def check(self, prefix: str) -> None:
+        if self.start_length > self.size // 2:
+            self.fail(prefix, "start_length", f"must be <= size/2 = {self.size // 2}")
+
+
+@dataclass
+class BanditConfig(EnvSchema):
+    """Multi-armed bandit in BanditBench's button framing (conf/env/bandit.yaml)."""
+
+    name: str = setting("bandit", "env registry name", choices=("bandit",))
+    arms: int = setting(
+        5, "number of buttons K (the RLFT paper uses 5, 10, 20)", "paper", ge=2, le=BANDIT_MAX_ARMS
+    )
+    reward: str = setting(
+        "bernoulli",
+        "arm means ~ U(0,1) (bernoulli) or N(0,1) (gaussian) per seed",
+        "paper",
+        choices=BANDIT_REWARDS,
+    )
+    gaussian_sd: float = setting(1.0, "standard deviation of a Gaussian arm's reward around its mean", gt=0)
+    horizon: int = setting(50, "button presses per episode (= max_steps)", "paper", ge=1)
+    history: int = setting(50, "last transitions shown in the observation; 0 = none", ge=0)
+
+
+@dataclass
+class TicTacToeConfig(EnvSchema):
+    """Tic-tac-toe against a fixed opponent (conf/env/tictactoe.yaml)."""
+
+    name: str = setting("tictactoe", "env registry name", choices=("tictactoe",))
+    agent_mark: str = setting("X", "the agent's mark; X moves first", choices=TICTACTOE_MARKS)
+    opponent: str = setting(
+        "random",
+        "random | mcts (plain UCT) | perfect (minimax, random tie-break)",
+        "paper",
+        choices=TICTACTOE_OPPONENTS,
+    )
+    mcts_simulations: int = setting(100, "UCT simulations per opponent move (opponent=mcts)", ge=1)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.agent_mark, str):  # the env reads the mark case-insensitively
+            self.agent_mark = self.agent_mark.upper()
+        super().__post_init__()
+
+
+# =====================================================================================================
+# agent
+# =====================================================================================================
+@dataclass
+class SamplingSchema(Schema):
+    """`agent.sampling`: how an LLM agent's completions are sampled in evaluation."""
+
+    temperature: float = setting(
+        0.0, "0 = greedy (the evaluation default; training presets set their own)", ge=0
+    )
+    top_p: float = setting(1.0, "nucleus sampling mass (1 = off)", gt=0, le=1)
+    top_k: int = setting(0, "top-k sampling (0 = off)", ge=0)
+    max_new_tokens: int | None = setting(None, "null: 32 without cot, 256 with cot", ge=1)
+    stop: list[str] = setting(
+        factory=list, help="extra stop strings (the closing answer tag comes from stop_at_answer)"
+    )
+
+
+@dataclass
+class LLMAgentConfig(Schema):
+    """A language model plays (conf/agent/llm.yaml; the model is model=...)."""
+
+    PREFIX: ClassVar[str | None] = "agent"
+
+    name: str = setting("llm", "agent name", choices=("llm",))
+    history: int = setting(0, "last k steps shown as 'action -> reward' lines (MS-GRPO: 0)", "code", ge=0)
+    history_observations: bool = setting(False, "also show those steps' observations (longer prompts)")
+    cot: bool = setting(False, "reason inside <think>...</think> before answering")
+    answer_tag: str = setting("action", "the answer is read from <tag>NAME</tag>; a plain tag name")
+    lenient: bool = setting(True, "no usable tag: take the last valid action named as a whole word")
+    stop_at_answer: bool = setting(True, "stop generating after the closing answer tag")
+    system_prompt: str | None = setting(
+        None,
+        "null: the env instructions are the system message; else this is, and they open the user message",
+    )
+    prefill: str = setting("", "text the assistant turn starts with, e.g. '<action>'")
+    invalid_rule: str = setting(
+        "penalty_default",
+        "invalid answer: env default action + penalty, the same then end, or a random legal action + penalty",
+        "code",
+        choices=INVALID_RULES,
+    )
+    invalid_penalty: float = setting(-1.0, "added to an invalid step's reward", "code")
+    sampling: SamplingSchema = setting(factory=SamplingSchema, help="sampling settings of the completions")
+
+    def check(self, prefix: str) -> None:
+        if not _TAG.fullmatch(self.answer_tag):
+            self.fail(prefix, "answer_tag", "must be a plain tag name like action (letters, digits, _ or -)")
+
+
+@dataclass
+class RandomAgentConfig(Schema):
+    """Uniformly random legal action (conf/agent/random.yaml)."""
+
+    PREFIX: ClassVar[str | None] = "agent"
+
+    name: str = setting("random", "agent name", choices=("random",))
+
+
+@dataclass
+class PlannerAgentConfig(Schema):
+    """The best classic policy per env (conf/agent/planner.yaml)."""
+
+    PREFIX: ClassVar[str | None] = "agent"
+
+    name: str = setting("planner", "agent name", choices=("planner",))
+    ucb_c: float = setting(2.0, "bandit UCB1 exploration constant: mean + sqrt(c * ln t / n)", ge=0)
+
+
+@dataclass
+class HumanAgentConfig(Schema):
+    """A person at the terminal (conf/agent/human.yaml; `agentrl play`)."""
+
+    PREFIX: ClassVar[str | None] = "agent"
+
+    name: str = setting("human", "agent name", choices=("human",))
+
+
+@dataclass
+class DQNAgentConfig(Schema):
+    """A trained DQN playing greedily (conf/agent/dqn.yaml)."""
+
+    PREFIX: ClassVar[str | None] = "agent"
+
+    name: str = setting("dqn", "agent name", choices=("dqn",))
+    path: str | None = setting(None, "a DQN run directory or checkpoint zip (required to play)")
+    device: str = setting("cpu", "torch device for the Q-network")
+
+
+# =====================================================================================================
+# model
+# =====================================================================================================
+@dataclass
+class LoRAConfig(Schema):
+    """`model.lora`: PEFT LoRA for training (r = 0: full fine-tuning)."""
+
+    r: int = setting(0, "LoRA rank; > 0 enables LoRA (PEFT) for training", ge=0)
+    alpha: int = setting(16, "LoRA alpha (scaling = alpha / r)", ge=1)
+    dropout: float = setting(0.05, "dropout on the LoRA inputs", ge=0, lt=1)
+    target_modules: Any = setting("all-linear", "modules that get adapters: all-linear or a list of names")
+
+    def check(self, prefix: str) -> None:
+        names = self.target_modules
+        if not (
+            isinstance(names, str) or (isinstance(names, list) and all(isinstance(n, str) for n in names))
+        ):
+            self.fail(prefix, "target_modules", "expected a module name or a list of names")
+
+
+@dataclass
+class ModelConfig(Schema):
+    """Every conf/model/*.yaml: a Hugging Face model (backend hf or vllm) or an OpenAI-compatible endpoint
+    (backend openai); keys a backend does not use are ignored by it."""
+
+    PREFIX: ClassVar[str | None] = "model"
+
+    name: str = setting("model", "short name in run names and reports; backend openai: the served model name")
+    name_or_path: str | None = setting(
+        None, "builtin:<name> | hub id | local dir (checkpoint or PEFT adapter); backend openai: unused"
+    )
+    backend: str = setting(
+        "hf", "hf (batched generate) | openai (any compatible endpoint) | vllm", choices=BACKENDS
+    )
+    dtype: str = setting("auto", "auto: bf16 on CUDA, fp32 on CPU; or a dtype name", choices=DTYPES)
+    device: str = setting("auto", "auto: cuda if visible, else cpu; or a torch device")
+    device_map: Any = setting(None, "e.g. auto: shard across all visible GPUs (accelerate); overrides device")
+    trust_remote_code: bool = setting(False, "allow model code from the hub")
+    prefix_cache: bool = setting(
+        True, "hf backend: reuse the shared prompt head's KV states across rows and calls"
+    )
+    cache_dir: str | None = setting(None, "null: $AGENTRL_CACHE or ~/.cache/agentrl")
+    base_url: str = setting("http://localhost:8000/v1", "backend openai: the endpoint's base URL")
+    api_key_env: str | None = setting(
+        "OPENAI_API_KEY", "backend openai: environment variable holding the API key (may be unset)"
+    )
+    tokenizer: str | None = setting(
+        None, "backend openai: hub id / dir of a tokenizer, for completion token ids"
+    )
+    timeout: float = setting(120.0, "backend openai: seconds per HTTP request", gt=0)
+    max_concurrency: int = setting(16, "backend openai: parallel requests per batched step", ge=1)
+    logprobs: bool = setting(True, "backend openai: ask the server for the sampled tokens' log-probs")
+    return_token_ids: bool = setting(False, "backend openai: exact completion token ids (vLLM servers)")
+    vllm: dict = setting(factory=dict, help="backend vllm: extra vllm.LLM(...) engine arguments")
+    lora: LoRAConfig = setting(factory=LoRAConfig, help="LoRA adapters for training")
+
+    def check(self, prefix: str) -> None:
+        if self.backend in ("hf", "vllm") and not self.name_or_path:
+            self.fail(
+                prefix,
+                "name_or_path",
+                f"required with backend {self.backend} (a hub id, dir or builtin:<name>)",
+            )
+
+
+# =====================================================================================================
+# algo
+# =====================================================================================================
+@dataclass
+class AAWConfig(Schema):
+    """`algo.aaw`: absolute-advantage-weighted episode sampling (docs/algorithms.md)."""
+
+    enabled: bool = setting(True, "false: the uniform-sampling ablation (same number of episodes)", "paper")
+    fraction: float | None = setting(0.5, "share of the informative episodes kept for the update", gt=0, le=1)
+    count: int | None = setting(None, "a fixed number of episodes instead (overrides fraction)", ge=0)
+    eps: float = setting(1.0e-3, "p_i ∝ |A_i| + eps", ge=0)
+
+
+@dataclass
+class CurriculumConfig(Schema):
+    """`algo.curriculum`: training-only curriculum (evaluation always runs the standard task)."""
+
+    random_start: float = setting(
+        0.0, "FrozenLake: probability that a training episode starts on a random safe cell", ge=0, le=1
+    )
+
+
+@dataclass
+class MSGRPOConfig(Schema):
+    """MS-GRPO: multi-step GRPO with AAW episode sampling (conf/algo/msgrpo.yaml; docs/algorithms.md)."""
+
+    PREFIX: ClassVar[str | None] = "algo"
+
+    name: str = setting("msgrpo", "algorithm name (selects the trainer)", choices=("msgrpo",))
+    iterations: int = setting(100, "optimizer steps = rollout/update cycles", ge=1)
+    time_limit_minutes: float | None = setting(
+        None, "stop after the iteration that crosses this training wall-clock (null: no limit)", gt=0
+    )
+    group_size: int = setting(16, "G: episodes per group; a group shares one env seed", "code", ge=2)
+    groups_per_iteration: int = setting(
+        2, "B: groups per iteration (32 episodes per batch = 2 x 16)", "code", ge=1
+    )
+    min_informative_groups: int = setting(
+        1, "roll out more groups while fewer than this many have non-zero return variance", ge=0
+    )
+    max_rollout_rounds: int = setting(1, "rollout rounds per iteration at most (dynamic sampling)", ge=1)
+    normalize_std: bool = setting(
+        True, "A_i = (R_i - mean) / (std + eps); false: R_i - mean (Dr. GRPO)", "paper"
+    )
+    eps: float = setting(1.0e-6, "eps of the advantage's std normalisation", gt=0)
+    aaw: AAWConfig = setting(
+        factory=AAWConfig, help="absolute-advantage-weighted episode sampling", source="paper"
+    )
+    learning_rate: float = setting(1.0e-6, "learning rate (full fine-tune lr of the 3B runs)", "code", gt=0)
+    lr_scheduler: str = setting("constant", "transformers scheduler type", choices=LR_SCHEDULERS)
+    warmup_steps: int = setting(0, "linear warmup steps (with constant: constant_with_warmup)", ge=0)
+    weight_decay: float = setting(0.0, "AdamW weight decay", ge=0)
+    max_grad_norm: float = setting(1.0, "gradient clipping norm", gt=0)
+    adam_beta1: float = setting(0.9, "AdamW beta1", ge=0, lt=1)
+    adam_beta2: float = setting(0.999, "AdamW beta2", ge=0, lt=1)
+    beta: float = setting(
+        0.0, "KL coefficient to the reference policy (0 on FrozenLake, 0.1 on Snake)", "code", ge=0
+    )
+    epsilon: float = setting(0.2, "PPO clip", "code", gt=0)
+    epsilon_high: float | None = setting(None, "upper clip (null: symmetric, = epsilon)", gt=0)
+    loss_type: str = setting(
+        "dapo", "TRL GRPO loss; dapo: token-level mean over the iteration", choices=LOSS_TYPES
+    )
+    gradient_accumulation_steps: int = setting(
+        4, "micro-batches per iteration (step samples split evenly)", ge=1
+    )
+    entropy_coef: float = setting(0.0, "TRL entropy bonus (0: off)")
+    gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass (saves memory)")
+    shared_prefix: bool = setting(True, "run each distinct prompt once per batch (rollout and update; exact)")
+    trainable_layers: int | None = setting(
+        None, "full FT of only the top N decoder layers (+ final norm); null or 0: all", ge=0
+    )
+    temperature: float = setting(1.25, "rollout temperature (1.25 on FrozenLake, 1.5 on Snake)", "code", gt=0)
+    top_k: int = setting(0, "rollout top-k (0: off; 3 on Snake in the authors' code)", ge=0)
+    top_p: float = setting(1.0, "rollout nucleus mass (1: off)", gt=0, le=1)
+    max_new_tokens: int | None = setting(
+        None, "null: the agent's own setting (agent.sampling.max_new_tokens)", ge=1
+    )
+    max_steps: int | None = setting(None, "training episode cap (null: env.max_steps)", ge=1)
+    invalid_penalty: float | None = setting(
+        None, "training rollouts only: override agent.invalid_penalty (null: the agent's)"
+    )
+    curriculum: CurriculumConfig = setting(factory=CurriculumConfig, help="training-only curriculum")
+    eval_every: int = setting(10, "iterations between held-out evals (0: only before/after)", ge=0)
+    periodic_eval_episodes: int | None = setting(
+        4, "episodes of the periodic evals (null: eval.episodes)", ge=1
+    )
+    eval_temperature: float = setting(
+        0.0, "evaluation temperature; 0 = greedy (the authors' code: 0.5)", ge=0
+    )
+    eval_before: bool = setting(True, "evaluate the base policy before training (eval.json before)")
+    checkpoint_every: int = setting(
+        25, "iterations between checkpoint-<iteration>/ (0: only on Ctrl-C and at the end)", ge=0
+    )
+    keep_checkpoints: int = setting(
+        2, "newest checkpoints kept (optimizer state makes them ~3x the model)", ge=1
+    )
+    save_final: bool = setting(True, "write the trained model (or LoRA adapter) to final/")
+    torch_threads: int | None = setting(None, "torch.set_num_threads on CPU (null: torch's default)", ge=1)
+
+
+@dataclass
+class DQNConfig(Schema):
+    """DQN baseline: Stable-Baselines3 `DQN` with an MLP Q-network (conf/algo/dqn.yaml). The SB3 keys
+    keep SB3's parameter names and go to `stable_baselines3.DQN(...)` unchanged."""
+
+    PREFIX: ClassVar[str | None] = "algo"
+
+    name: str = setting("dqn", "algorithm name (selects the trainer)", choices=("dqn",))
+    total_timesteps: int = setting(100000, "env steps of training", ge=1)
+    learning_rate: float = setting(0.0005, "Adam learning rate", gt=0)
+    buffer_size: int = setting(100000, "replay buffer size (transitions)", ge=1)
+    learning_starts: int = setting(2000, "env steps collected before learning starts", ge=0)
+    batch_size: int = setting(64, "minibatch size per gradient step", ge=1)
+    gamma: float = setting(0.99, "discount factor", ge=0, le=1)
+    train_freq: int = setting(4, "env steps between gradient updates (SB3 default 4)", ge=1)
+    gradient_steps: int = setting(1, "gradient steps per update (-1: as many as env steps)", ge=-1)
+    target_update_interval: int = setting(2000, "env steps between hard target-network copies", ge=1)
+    exploration_fraction: float = setting(
+        0.3, "share of training over which epsilon decays linearly", ge=0, le=1
+    )
+    exploration_initial_eps: float = setting(1.0, "epsilon at the start", ge=0, le=1)
+    exploration_final_eps: float = setting(0.02, "epsilon after the decay", ge=0, le=1)
+    max_grad_norm: float = setting(10.0, "gradient clipping norm", gt=0)
+    net_arch: list[int] = setting(factory=lambda: [256, 256], help="MLP hidden layers of the Q-network")
+    log_every: int = setting(2000, "env steps between metrics.jsonl rows", ge=1)
+    checkpoint_every: int = setting(20000, "env steps between checkpoint-<steps>.zip (0: none)", ge=0)
+    save_replay_buffer: bool = setting(
+        True, "also save the newest replay buffer, so --resume continues exactly"
+    )
+    device: str = setting("cpu", "torch device (a small MLP runs fastest on the CPU)")
+    torch_threads: int | None = setting(1, "torch.set_num_threads for training; null: torch's default", ge=1)
+
+    def check(self, prefix: str) -> None:
+        if self.gradient_steps == 0:
+            self.fail(prefix, "gradient_steps", "must be >= 1, or -1")
+        if any(width < 1 for width in self.net_arch):
+            self.fail(prefix, "net_arch", "every layer width must be >= 1")
+
+
+# =====================================================================================================
+# registry: which schema each group option uses
+# =====================================================================================================
+#: group -> option -> schema. A model option always uses ModelConfig.
+SCHEMAS: dict[str, dict[str, type[Schema]]] = {
+    "env": {
+        "frozenlake": FrozenLakeConfig,
+        "snake": SnakeConfig,
+        "snake_poison": SnakeConfig,
+        "bandit": BanditConfig,
+        "tictactoe": TicTacToeConfig,
+    },
+    "agent": {
+        "llm": LLMAgentConfig,
+        "random": RandomAgentConfig,
+        "planner": PlannerAgentConfig,
+        "human": HumanAgentConfig,
+        "dqn": DQNAgentConfig,
+    },
+    "algo": {"msgrpo": MSGRPOConfig, "dqn": DQNConfig},
+}
+ROOT_SCHEMA_NAME = "agentrl_schema"
+
+
+def schema_name(cls: type[Schema]) -> str:
+    """The ConfigStore name a YAML file puts in its defaults list, e.g. `msgrpo_schema`."""
+    names = {
+        ModelConfig: "model",
+        SnakeConfig: "snake",
+        FrozenLakeConfig: "frozenlake",
+        BanditConfig: "bandit",
+        TicTacToeConfig: "tictactoe",
+        LLMAgentConfig: "llm",
+        RandomAgentConfig: "random",
+        PlannerAgentConfig: "planner",
+        HumanAgentConfig: "human",
+        DQNAgentConfig: "dqn",
+        MSGRPOConfig: "msgrpo",
+        DQNConfig: "dqn",
+    }
+    return f"{names[cls]}_schema"
+
+
+def schema_for(group: str, option: str | None = None) -> type[Schema] | None:
+    """The schema of a group option (by option name or the node's `name`), or None if there is none."""
+    if group == "model":
+        return ModelConfig
+    return SCHEMAS.get(group, {}).get(str(option)) if option is not None else None

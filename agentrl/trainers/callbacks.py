@@ -1,0 +1,137 @@
+"""Single-purpose callbacks of the LLM trainer, in the manner of Stable-Baselines3's callbacks: each does
+one thing at one point of the transformers Trainer loop.
+
+Order within an iteration (transformers calls them in the order added): before the optimizer step ->
+`SkipEmptyUpdate`; after it -> `RolloutCacheReset`; the end of the step -> `TimeLimit`, `PeriodicEval`, `CheckpointEvery`; then the
+Trainer logs -> `MetricsWriter` (one metrics.jsonl row, the progress line), then saves if asked.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from transformers import TrainerCallback
+
+log = logging.getLogger(__name__)
+
+
+class RolloutCacheReset(TrainerCallback):
+    """Tells the rollout backend that the weights changed, so it drops what it computed with the old ones
+    (prefix KV states, one-token logits). Fused optimizers update in place without moving the parameters'
+    version counters, so the backend cannot see the change by itself."""
+
+    def __init__(self, backend: Any):
+        self.backend = backend
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        changed = getattr(self.backend, "weights_changed", None)
+        if changed is not None:
+            changed()
+        return control
+
+
+class SkipEmptyUpdate(TrainerCallback):
+    """An iteration without training rows (no informative group) takes no optimizer step. Its gradient
+    is zero, but Adam's momentum from earlier iterations would still move the weights; parameters
+    without a gradient are left alone by torch's optimizers."""
+
+    def __init__(self, is_empty: Callable[[], bool]):
+        self.is_empty = is_empty
+
+    def on_pre_optimizer_step(
+        self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any
+    ) -> Any:
+        if self.is_empty() and model is not None:
+            for param in model.parameters():
+                param.grad = None
+        return control
+
+
+class TimeLimit(TrainerCallback):
+    """Stops training after the iteration that crosses `seconds` of training wall-clock."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self.start = time.perf_counter()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.start = time.perf_counter()
+        return control
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if self.seconds and time.perf_counter() - self.start >= self.seconds:
+            log.info("Time limit reached after iteration %d: stopping", state.global_step)
+            control.should_training_stop = True
+        return control
+
+
+class PeriodicEval(TrainerCallback):
+    """Every `every` iterations (not the last: the final evaluation follows training), runs `evaluate`
+    and puts its metrics, prefixed `eval/`, into `pending`, which `MetricsWriter` adds to the iteration's
+    row."""
+
+    def __init__(self, every: int, evaluate: Callable[[int], dict[str, Any]], pending: dict[str, Any]):
+        self.every, self.evaluate, self.pending = every, evaluate, pending
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        step = state.global_step
+        if (
+            self.every
+            and step % self.every == 0
+            and step < state.max_steps
+            and not control.should_training_stop
+        ):
+            self.pending.update({f"eval/{k}": v for k, v in self.evaluate(step).items()})
+        return control
+
+
+class CheckpointEvery(TrainerCallback):
+    """Asks the Trainer to save a checkpoint every `every` iterations (not the last: the final model is
+    saved separately)."""
+
+    def __init__(self, every: int):
+        self.every = every
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        step = state.global_step
+        if self.every and step % self.every == 0 and step < state.max_steps:
+            control.should_save = True
+        return control
+
+
+class MetricsWriter(TrainerCallback):
+    """Writes each iteration's log row (TRL's loss statistics + the rollout metrics + pending periodic
+    eval) to the run's MetricsLog and advances the progress bar with a one-line summary."""
+
+    def __init__(
+        self, metrics_log: Any, bar: Any, pending: dict[str, Any], rename: dict[str, str] | None = None
+    ):
+        self.metrics_log, self.bar, self.pending = metrics_log, bar, pending
+        self.rename = rename or {}
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
+        if not logs or "train_runtime" in logs:  # the Trainer's end-of-training summary
+            return control
+        row = {self.rename.get(k, k): v for k, v in logs.items()}
+        row.update(self.pending)
+        self.pending.clear()
+        self.metrics_log.log(state.global_step, row)
+        self.bar.advance(
+            f"success {row.get('train/success_rate', 0):.2f} return {row.get('train/mean_return', 0):.2f}"
+            f" zero-var {row.get('zero_variance_groups', 0)}/{row.get('groups', 0)}"
+            f" kept {row.get('episodes_kept', 0)} loss {row.get('loss', 0):.4f}"
+        )
+        return control
+
+
+__all__ = [
+    "CheckpointEvery",
+    "MetricsWriter",
+    "PeriodicEval",
+    "RolloutCacheReset",
+    "SkipEmptyUpdate",
+    "TimeLimit",
+]

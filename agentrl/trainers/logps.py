@@ -1,0 +1,86 @@
+"""Log-probs of completion tokens for the update, running each distinct prompt once.
+
+Training rows are left-padded prompts followed by right-padded completions. Many rows share a prompt
+(the G episodes of a group start from the same observation; a small grid has few states), and a prompt
+is often ~25x longer than a few-token answer. So the distinct prompts run once (agents/kvcache.py), their
+KV cache is gathered out to all rows, and only the completions run per row. Only completion positions go
+through the LM head. Values and gradients equal a plain per-row forward (tests/test_logps.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from agentrl.agents.kvcache import cache_kwarg, prefill_shared
+
+
+def completion_logps(
+    logits: torch.Tensor, targets: torch.Tensor | None, temperature: float, compute_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log_softmax(logits / T) at the target tokens (targets None: the whole distribution), and
+    (no-grad) entropies, per position."""
+    log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logps = log_probs if targets is None else log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropies = None
+    if compute_entropy:
+        with torch.no_grad():
+            entropies = -(log_probs.exp() * log_probs).sum(-1)
+    return logps, entropies
+
+
+def shared_prefix_logps(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_length: int,
+    temperature: float = 1.0,
+    compute_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropies) of the last `completion_length` tokens of each row (B, T)."""
+    prompt_length = input_ids.size(1) - completion_length
+    prompt_ids, prompt_mask = input_ids[:, :prompt_length], attention_mask[:, :prompt_length]
+    targets = input_ids[:, prompt_length:]
+    checkpointing = getattr(model, "is_activation_checkpointing", None)
+    if checkpointing is None:  # older transformers
+        checkpointing = getattr(model, "is_gradient_checkpointing", False)
+    if checkpointing and model.training:
+        # Checkpointed layers return no KV cache: one plain forward, LM head on the completion only.
+        positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        logits = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=positions,
+            logits_to_keep=completion_length + 1,
+            use_cache=False,
+        ).logits[:, :-1, :]
+        return completion_logps(logits, targets, temperature, compute_entropy)
+    rows = [ids[m.bool()].tolist() for ids, m in zip(prompt_ids, prompt_mask, strict=True)]
+    keys: dict[tuple[int, ...], int] = {}
+    inverse = torch.tensor([keys.setdefault(tuple(r), len(keys)) for r in rows], device=input_ids.device)
+    cache, first_logits, mask, last_position = prefill_shared(model, [list(k) for k in keys], pad_id=0)
+    # The first completion token's distribution depends on the prompt only: normalise once per distinct
+    # prompt, then pick each row's token (no rows x vocab tensor; one-token answers end here).
+    first_logps, first_entropy = completion_logps(
+        first_logits[:, None, :], None, temperature, compute_entropy
+    )
+    logps = [first_logps[inverse, 0, targets[:, 0]][:, None]]
+    entropies = [first_entropy[inverse]] if compute_entropy else []
+    if completion_length > 1:
+        cache.batch_select_indices(inverse)
+        completion_mask = attention_mask[:, prompt_length:-1]
+        rest = model(
+            input_ids=input_ids[:, prompt_length:-1],
+            attention_mask=torch.cat([mask[inverse], completion_mask], dim=1),
+            position_ids=last_position[inverse][:, None] + completion_mask.long().cumsum(-1).clamp(min=1),
+            use_cache=True,
+            **{cache_kwarg(model): cache},
+        )
+        rest_logps, rest_entropy = completion_logps(rest.logits, targets[:, 1:], temperature, compute_entropy)
+        logps.append(rest_logps)
+        entropies.append(rest_entropy)
+    return torch.cat(logps, dim=1), torch.cat(entropies, dim=1) if compute_entropy else None
+
+
+__all__ = ["completion_logps", "shared_prefix_logps"]

@@ -1,0 +1,537 @@
+"""The one trainer of every LLM algorithm: `MultiStepTrainer(trl.GRPOTrainer)` and `train_llm`.
+
+One TRL "generation" is one iteration of multi-step RL (docs/architecture.md#one-training-iteration):
+
+    rollout      groups of episodes with the current policy (rollout.collect_groups: lockstep, dynamic
+                 sampling), through a view of the policy with the training sampling settings
+    credit       the algorithm's pure credit assignment (agentrl/algos/<name>.py) -> rows with advantages
+    pack         rows -> TRL's tensors: prompt = that step's observation prompt, completion = what the
+                 policy generated there, advantages, old log-probs
+    update       TRL's clipped token-level surrogate, KL, optimizer step, scheduler, accumulation
+    callbacks    rollout-cache reset, time limit, periodic eval, checkpoints, metrics (callbacks.py)
+
+TRL internals overridden (trl 1.16, pinned in pyproject because these move):
+
+- `_prepare_inputs` (train mode only): TRL's version generates a fixed-size single-turn batch and its
+  `split_tensor_dict` drops remainder rows. The row count here varies per iteration (episode lengths,
+  sampling), so the rows are built here and split into exactly `steps_per_generation` near-equal
+  micro-batches: no row is dropped, none is added. The dataset rows TRL hands in are placeholders.
+- `_get_per_token_logps_and_entropies`: TRL's fused LM head scores every prompt position on devices
+  without Triton (CPU); `trainers/logps.py` scores only completion tokens and runs shared prompt text
+  once (exact). CUDA keeps TRL's path unless `algo.shared_prefix` asks for it.
+- `log`: adds the iteration's rollout metrics to TRL's averaged loss statistics.
+- `_save_checkpoint`: writes `checkpoint-<iteration>/` atomically, then prunes old ones.
+
+The loss type defaults to "dapo": TRL divides by `num_items_in_batch`, set to the completion tokens of
+the whole iteration, so the micro-batch losses add up to one token-level mean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from trl import GRPOConfig, GRPOTrainer
+
+from agentrl.algos import LLM_ALGORITHMS
+from agentrl.errors import ConfigError
+from agentrl.rollout import collect_groups, informative_group_count
+from agentrl.runlog import MetricsLog, atomic_dir, newest_checkpoint, progress, prune_checkpoints, write_json
+from agentrl.trainers.callbacks import (
+    CheckpointEvery,
+    MetricsWriter,
+    PeriodicEval,
+    RolloutCacheReset,
+    SkipEmptyUpdate,
+    TimeLimit,
+)
+from agentrl.trainers.logps import shared_prefix_logps
+from agentrl.types import Episode, StepSample, TrainResult
+
+log = logging.getLogger(__name__)
+
+TRAIN_SEED_LIMIT = 1_000_000  # training env seeds stay below eval.seed_offset's default
+# TRL's metric names -> ours (the rest keep TRL's names: entropy, kl, clip_ratio/...)
+METRIC_RENAMES = {"clip_ratio/region_mean": "clip_fraction"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# pieces that need no trainer
+# ---------------------------------------------------------------------------------------------------------
+def training_seed(seed: int, iteration: int, group: int, limit: int = TRAIN_SEED_LIMIT) -> int:
+    """Deterministic env seed of one group: a hash of (global seed, iteration, group index), below
+    `limit`, so a resumed run replays exactly the seeds an uninterrupted run would have used."""
+    digest = hashlib.blake2b(f"{seed}:{iteration}:{group}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % limit
+
+
+def rollout_metrics(episodes: list[Episode], advantages: list[float]) -> dict[str, float]:
+    """Per-iteration statistics of the training rollouts (what the agent did with sampling on)."""
+    n = max(len(episodes), 1)
+    steps = sum(e.length for e in episodes)
+    adv = np.asarray(advantages, dtype=np.float64) if advantages else np.zeros(1)
+    groups = len({e.group_id for e in episodes})
+    return {
+        "train/success_rate": sum(e.success for e in episodes) / n,
+        "train/mean_return": sum(e.episode_return for e in episodes) / n,
+        "train/mean_length": steps / n,
+        "train/invalid_rate": sum(e.invalid_count for e in episodes) / max(steps, 1),
+        "train/episodes": len(episodes),
+        "advantage/mean": float(adv.mean()),
+        "advantage/std": float(adv.std()),
+        "advantage/abs_mean": float(np.abs(adv).mean()),
+        "groups": groups,
+        "zero_variance_groups": groups - informative_group_count(episodes),
+    }
+
+
+def pack_samples(
+    samples: list[StepSample], pad_id: int, device: Any, with_old_logprobs: bool = False
+) -> dict[str, torch.Tensor]:
+    """Rows -> the tensors `GRPOTrainer._compute_loss` reads: left-padded prompts, right-padded
+    completions, masks, (B,) advantages (or (B, T) when rows carry one advantage per token) and
+    optionally (B, T) old log-probs."""
+    width_p = max(len(s.prompt_ids) for s in samples)
+    width_c = max(len(s.completion_ids) for s in samples)
+    rows = len(samples)
+    prompt_ids = torch.full((rows, width_p), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((rows, width_p), dtype=torch.long)
+    completion_ids = torch.full((rows, width_c), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((rows, width_c), dtype=torch.long)
+    old = torch.zeros((rows, width_c), dtype=torch.float32)
+    per_token = any(isinstance(s.advantage, list) for s in samples)
+    advantages = torch.zeros((rows, width_c) if per_token else (rows,), dtype=torch.float32)
+    for row, s in enumerate(samples):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        prompt_ids[row, width_p - p :] = torch.tensor(s.prompt_ids)
+        prompt_mask[row, width_p - p :] = 1
+        completion_ids[row, :c] = torch.tensor(s.completion_ids)
+        completion_mask[row, :c] = 1
+        if with_old_logprobs and s.old_logprobs is not None:
+            old[row, :c] = torch.tensor(s.old_logprobs[:c])
+        if per_token:
+            advantages[row, :c] = torch.as_tensor(s.advantage, dtype=torch.float32).expand(c)
+        else:
+            advantages[row] = float(s.advantage)
+    batch = {
+        "prompt_ids": prompt_ids.to(device),
+        "prompt_mask": prompt_mask.to(device),
+        "completion_ids": completion_ids.to(device),
+        "completion_mask": completion_mask.to(device),
+        "advantages": advantages.to(device),
+    }
+    if with_old_logprobs:
+        batch["old_per_token_logps"] = old.to(device)
+    return batch
+
+
+def split_even(items: list[Any], parts: int) -> list[list[Any]]:
+    """`parts` consecutive chunks whose sizes differ by at most one (none dropped)."""
+    base, extra = divmod(len(items), parts)
+    chunks, start = [], 0
+    for k in range(parts):
+        size = base + (1 if k < extra else 0)
+        chunks.append(items[start : start + size])
+        start += size
+    return chunks
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the trainer
+# ---------------------------------------------------------------------------------------------------------
+#: one iteration's rows and its metrics, built by `collect(iteration)`
+Collect = Callable[[int], tuple[list[StepSample], dict[str, float]]]
+
+
+class MultiStepTrainer(GRPOTrainer):
+    """GRPOTrainer whose generation step is one multi-step RL iteration (see the module doc).
+
+    `collect(iteration)` returns the iteration's rows (with advantages) and metrics; `shared_prefix`
+    uses the shared-prefix log-prob kernel on CUDA too (it always does on CPU); `keep_checkpoints` is the
+    number of newest checkpoints kept."""
+
+    def __init__(
+        self, *args: Any, collect: Collect, shared_prefix: bool = False, keep_checkpoints: int = 2, **kwargs
+    ):
+        super().__init__(*args, **kwargs)
+        self.collect = collect
+        self.shared_prefix = shared_prefix
+        self.keep_checkpoints = keep_checkpoints
+        self.trl_logprobs = False  # force TRL's own log-prob path (benchmarks/trainer_overhead.py)
+        self._micro_step = 0
+        self._buffer: list[dict[str, Any]] | None = None
+        self._iteration_metrics: dict[str, float] = {}
+        self._iteration_start = self._update_start = time.perf_counter()
+        self._empty_iteration = False
+        self.add_callback(SkipEmptyUpdate(lambda: self._empty_iteration))
+
+    # -- generation: one iteration per optimizer step -----------------------------------------------
+    def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
+        if not self.model.training:  # TRL's eval loop is not used (agentrl.evaluation is)
+            return super()._prepare_inputs(generation_batch)
+        parts = self.args.steps_per_generation
+        if self._micro_step % parts == 0 or self._buffer is None:
+            self._buffer = self._build_iteration(parts)
+        inputs = self._buffer[self._micro_step % parts]
+        self._micro_step += 1
+        return inputs
+
+    def _build_iteration(self, parts: int) -> list[dict[str, Any]]:
+        self._iteration_start = time.perf_counter()
+        samples, metrics = self.collect(self.state.global_step)  # 0-based index of this iteration
+        pad_id = self.processing_class.pad_token_id
+        total_tokens = sum(len(s.completion_ids) for s in samples)
+        self._empty_iteration = not samples
+        metrics["update_skipped"] = float(self._empty_iteration)
+        if not samples:
+            # No informative episode: a zero-advantage placeholder row keeps the accumulation loop
+            # intact (its loss and gradient are exactly 0) and SkipEmptyUpdate skips the step.
+            token = [int(pad_id)]
+            samples = [StepSample(token, token, None, 0.0, -1, -1)]
+        metrics["samples"] = len(samples) if total_tokens else 0
+        metrics["train_tokens"] = sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+        self._iteration_metrics = metrics
+        # fewer rows than micro-batches: the empty ones repeat the last row with advantage 0 (no gradient)
+        filler = dataclasses.replace(samples[-1], advantage=0.0)
+        device = self.accelerator.device
+        batches = []
+        for chunk in split_even(samples, parts):
+            batch = pack_samples(chunk or [filler], pad_id, device, with_old_logprobs=self.num_iterations > 1)
+            batch["num_items_in_batch"] = torch.tensor(float(max(total_tokens, 1)), device=device)
+            batches.append(batch)
+        self._update_start = time.perf_counter()
+        return batches
+
+    # -- log-probs of the completion tokens ------------------------------------------------------------
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **multimodal: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        if (
+            (input_ids.device.type in ("cuda", "xpu") and not self.shared_prefix)
+            or self.trl_logprobs
+            or compute_aux_loss
+            or any(v is not None for v in multimodal.values())
+        ):
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size=batch_size,
+                compute_entropy=compute_entropy,
+                compute_aux_loss=compute_aux_loss,
+                **multimodal,
+            )
+        batch_size = batch_size or input_ids.size(0)
+        all_logps, all_entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            logps, entropies = shared_prefix_logps(
+                model,
+                input_ids[start : start + batch_size],
+                attention_mask[start : start + batch_size],
+                logits_to_keep,
+                self.temperature,
+                compute_entropy,
+            )
+            all_logps.append(logps)
+            all_entropies.append(entropies)
+        return torch.cat(all_logps), torch.cat(all_entropies) if compute_entropy else None, None
+
+    # -- logging ---------------------------------------------------------------------------------------
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.model.training and self._iteration_metrics:
+            now = time.perf_counter()
+            extra = dict(self._iteration_metrics)
+            extra["update_s"] = now - self._update_start
+            extra["iteration_s"] = now - self._iteration_start
+            if extra["update_s"] > 0:
+                extra["update_tokens_per_s"] = extra.get("train_tokens", 0) / extra["update_s"]
+            if extra.get("update_skipped"):
+                # TRL's entropy and clip statistics would describe the zero-advantage placeholder row
+                logs = {k: v for k, v in logs.items() if k != "entropy" and not k.startswith("clip_ratio")}
+            logs = {**logs, **extra}
+            self._iteration_metrics = {}
+        super().log(logs, start_time)
+
+    # -- atomic checkpoints ----------------------------------------------------------------------------
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        root = Path(self.args.output_dir)
+        name = f"checkpoint-{self.state.global_step}"
+        with atomic_dir(root / name) as staging:
+            self.args.output_dir = str(staging)
+            try:
+                super()._save_checkpoint(model, trial)  # writes staging/<name>/
+            finally:
+                self.args.output_dir = str(root)
+            for child in (staging / name).iterdir():
+                os.replace(child, staging / child.name)
+            (staging / name).rmdir()
+        prune_checkpoints(root, self.keep_checkpoints)
+        log.info("Saved %s", root / name)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the training run
+# ---------------------------------------------------------------------------------------------------------
+def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, model_dtype: str = "auto") -> GRPOConfig:
+    """TRL GRPOConfig from the typed algo config: one optimizer step per iteration, no TRL-side logging."""
+    scheduler = algo.lr_scheduler
+    if scheduler == "constant" and algo.warmup_steps > 0:
+        scheduler = "constant_with_warmup"  # transformers' "constant" ignores warmup_steps silently
+    cuda = device.startswith("cuda")
+    parts = algo.gradient_accumulation_steps
+    return GRPOConfig(
+        # TRL turns gradient checkpointing on by default; on CPU it costs a second forward and disables
+        # the KV cache that the shared-prefix log-prob kernel relies on
+        activation_checkpointing=algo.gradient_checkpointing,
+        output_dir=str(run_dir),
+        max_steps=algo.iterations,
+        per_device_train_batch_size=2,  # placeholder rows; real rows come from rollouts
+        gradient_accumulation_steps=parts,
+        steps_per_generation=parts,
+        num_generations=2,
+        num_iterations=1,
+        learning_rate=algo.learning_rate,
+        lr_scheduler_type=scheduler,
+        warmup_steps=algo.warmup_steps,
+        weight_decay=algo.weight_decay,
+        max_grad_norm=algo.max_grad_norm,
+        adam_beta1=algo.adam_beta1,
+        adam_beta2=algo.adam_beta2,
+        beta=algo.beta,
+        epsilon=algo.epsilon,
+        epsilon_high=algo.epsilon_high,
+        loss_type=algo.loss_type,
+        entropy_coef=algo.entropy_coef,
+        # TRL recomputes log-probs as log_softmax(logits / temperature), like the sampler: keep them equal
+        temperature=algo.temperature,
+        bf16=cuda and model_dtype in ("auto", "bf16", "bfloat16"),
+        use_cpu=not cuda,
+        logging_steps=1,
+        save_strategy="no",  # CheckpointEvery asks for saves at our cadence
+        report_to="none",
+        disable_tqdm=True,
+        seed=seed,
+        data_seed=seed,
+        remove_unused_columns=False,
+        log_completions=False,
+        dataloader_num_workers=0,
+        save_only_model=False,
+    )
+
+
+def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResult:
+    """Train the LLM policy with the algorithm `cfg.algo.name`; write metrics.jsonl, checkpoints and
+    final/ into `run_dir` (eval.json is the runner's). With `resume`, continue from the newest checkpoint
+    in `run_dir`."""
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from agentrl.agents.llm import build_llm_agent
+    from agentrl.config import typed
+    from agentrl.envs import env_factory
+    from agentrl.evaluation import eval_seeds, evaluate
+    from agentrl.models import freeze_layers, load_model
+
+    spec = LLM_ALGORITHMS[cfg.algo.name]
+    algo = typed(cfg.algo)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if algo.torch_threads:
+        torch.set_num_threads(algo.torch_threads)
+    checkpoint = newest_checkpoint(run_dir) if resume else None
+    if resume:
+        log.info("Resuming from %s", checkpoint) if checkpoint else log.warning(
+            "No checkpoint in %s: starting from the beginning", run_dir
+        )
+
+    # -- the policy and its two views: training rollouts and evaluation --
+    model, tokenizer = load_model(cfg.model, for_training=True)
+    if algo.trainable_layers and cfg.model.lora.r > 0:
+        raise ConfigError("algo.trainable_layers is for full fine-tuning; with LoRA set model.lora.r=0")
+    log.info("Trainable parameters: %d", freeze_layers(model, algo.trainable_layers))
+    policy = build_llm_agent(cfg, model=model, tokenizer=tokenizer, share_prompts=algo.shared_prefix)
+    max_new = algo.max_new_tokens or policy.sampling.max_new_tokens
+    train_agent = policy.configured(
+        sampling=dataclasses.replace(
+            policy.sampling,
+            temperature=algo.temperature,
+            top_k=algo.top_k,
+            top_p=algo.top_p,
+            max_new_tokens=max_new,
+        ),
+        invalid_penalty=algo.invalid_penalty,
+    )
+    eval_agent = policy.configured(
+        sampling=dataclasses.replace(
+            policy.sampling, temperature=algo.eval_temperature, max_new_tokens=max_new
+        )
+    )
+
+    # -- environments: evaluation is always the standard task --
+    eval_env = env_factory(cfg.env)
+    train_env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
+    if algo.max_steps is not None:
+        train_env_cfg["max_steps"] = algo.max_steps
+    train_env = env_factory(train_env_cfg)
+    reset_options = None
+    if algo.curriculum.random_start > 0:
+        probe = train_env()
+        if "random_start" not in probe.reset_option_names:
+            raise ConfigError(
+                f"algo.curriculum.random_start needs an env with a random start; {cfg.env.name} has none"
+            )
+        probe.close()
+        reset_options = {"random_start": algo.curriculum.random_start}
+    seeds_eval = eval_seeds(cfg)
+    seed = int(cfg.seed)
+
+    def run_eval(description: str, episodes: int | None = None) -> tuple[dict[str, Any], list[Episode]]:
+        return evaluate(
+            eval_env,
+            eval_agent,
+            seeds_eval[: episodes or None],
+            lockstep=cfg.eval.lockstep,
+            description=description,
+            agent_seed=seed,
+        )
+
+    # -- the evaluation before training (kept across resumes) --
+    before_path = run_dir / "eval_before.json"
+    before: dict[str, Any] | None = None
+    if before_path.is_file():
+        before = json.loads(before_path.read_text())
+    elif algo.eval_before and checkpoint is None:
+        before, _ = run_eval("eval before training")
+        write_json(before_path, before)
+        log.info("Before training: success %.3f return %.3f", before["success_rate"], before["mean_return"])
+
+    # -- one iteration's rows --
+    seed_limit = int(cfg.eval.seed_offset)
+    groups = algo.groups_per_iteration
+
+    def collect(iteration: int) -> tuple[list[StepSample], dict[str, float]]:
+        start = time.perf_counter()
+        episodes, rounds = collect_groups(
+            train_env,
+            train_agent,
+            group_seeds=lambda r: [
+                training_seed(seed, iteration, r * groups + g, seed_limit) for g in range(groups)
+            ],
+            group_size=algo.group_size,
+            agent_seed=lambda r: training_seed(seed, iteration, 10_000 + r),
+            min_informative=algo.min_informative_groups,
+            max_rounds=algo.max_rollout_rounds,
+            reset_options=reset_options,
+        )
+        rollout_s = time.perf_counter() - start
+        credit = spec.assign_credit(episodes, algo, np.random.default_rng([seed, iteration, 7]))
+        generated = sum(len(s.completion_ids) for e in episodes for s in e.steps)
+        prompts = sum(len(s.prompt_ids) for e in episodes for s in e.steps)
+        metrics = rollout_metrics(episodes, credit.advantages)
+        metrics.update(
+            rollout_rounds=rounds,
+            episodes_kept=len(credit.kept),
+            rollout_s=rollout_s,
+            rollout_tokens_per_s=(generated + prompts) / max(rollout_s, 1e-9),
+            generated_tokens=generated,
+            **credit.stats,
+        )
+        return credit.samples, metrics
+
+    # -- TRL --
+    args = grpo_config(algo, run_dir, str(next(model.parameters()).device), seed, str(cfg.model.dtype))
+    trainer = MultiStepTrainer(
+        model=model,
+        reward_funcs=[_unused_reward],
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["<rollout>"] * (2 * args.steps_per_generation)}),
+        processing_class=tokenizer,
+        collect=collect,
+        shared_prefix=algo.shared_prefix,
+        keep_checkpoints=algo.keep_checkpoints,
+    )
+    trainer.remove_callback(PrinterCallback)  # the progress bar and metrics.jsonl replace its prints
+    trainer.remove_callback(ProgressCallback)
+    pending: dict[str, Any] = {}
+    minutes = algo.time_limit_minutes
+    metrics_log = MetricsLog(run_dir, resume=resume)
+    done_before = trainer_step(checkpoint)
+    start = time.perf_counter()
+    try:
+        with progress(cfg.algo.name, total=algo.iterations) as bar:
+            if done_before:
+                bar.advance(n=done_before)
+            for callback in (
+                RolloutCacheReset(policy.backend),
+                TimeLimit(minutes * 60 if minutes else None),
+                PeriodicEval(
+                    algo.eval_every,
+                    lambda step: run_eval(f"eval @ {step}", algo.periodic_eval_episodes)[0],
+                    pending,
+                ),
+                CheckpointEvery(algo.checkpoint_every),
+                MetricsWriter(metrics_log, bar, pending, METRIC_RENAMES),
+            ):
+                trainer.add_callback(callback)
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    except KeyboardInterrupt:
+        # keep what was learned up to the last finished iteration, then let the CLI exit
+        step = trainer.state.global_step
+        if step > done_before and not (run_dir / f"checkpoint-{step}").exists():
+            log.warning("Interrupted: saving checkpoint-%d before exiting", step)
+            trainer._save_checkpoint(trainer.model, None)
+        raise
+    finally:
+        metrics_log.close()
+    train_time = time.perf_counter() - start
+
+    if algo.save_final:
+        with atomic_dir(run_dir / "final") as tmp:
+            trainer.save_model(str(tmp))
+            tokenizer.save_pretrained(str(tmp))
+    final, episodes = run_eval("eval after training")
+    log.info("After training: success %.3f return %.3f", final["success_rate"], final["mean_return"])
+    extra: dict[str, Any] = {"iterations": algo.iterations, "train_time_s": round(train_time, 3)}
+    if before is not None:
+        extra["before"] = before
+    return TrainResult(final, episodes, extra)
+
+
+def trainer_step(checkpoint: Path | None) -> int:
+    """The iteration a checkpoint was saved at (0 without one)."""
+    return int(checkpoint.name.split("-")[1]) if checkpoint else 0
+
+
+def _unused_reward(*args: Any, **kwargs: Any) -> list[float]:
+    """GRPOTrainer requires a reward function; here rewards come from the environment."""
+    raise RuntimeError("not called: MultiStepTrainer scores episodes itself")
+
+
+__all__ = [
+    "MultiStepTrainer",
+    "grpo_config",
+    "pack_samples",
+    "rollout_metrics",
+    "split_even",
+    "train_llm",
+    "training_seed",
+]

@@ -1,0 +1,40 @@
+"""`import agentrl` registers the gymnasium ids (as `import ale_py` does) without loading torch, and
+every registered env passes gymnasium's env checker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import agentrl  # noqa: F401  (registers the ids in this process too)
+from agentrl.envs import ENV_SPECS
+
+GYM_IDS = [spec.gym_id for spec in ENV_SPECS.values()]
+
+
+def test_import_agentrl_registers_the_ids_in_a_fresh_interpreter():
+    code = (
+        "import sys, gymnasium, agentrl\n"
+        "env = gymnasium.make('agentrl/FrozenLake-v0')\n"
+        "obs, info = env.reset(seed=0)\n"
+        "assert obs.startswith('P _ _ _'), obs\n"
+        f"assert all(i in gymnasium.registry for i in {GYM_IDS!r})\n"
+        "heavy = [m for m in ('torch', 'transformers', 'stable_baselines3') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("gym_id", GYM_IDS)
+def test_registered_env_passes_the_env_checker(gym_id):
+    env = gym.make(gym_id)
+    check_env(env.unwrapped)
+    obs, info = env.reset(seed=0)
+    assert isinstance(obs, str) and "valid_actions" in info
+    assert env.unwrapped.numeric_space().contains(env.unwrapped.numeric_observation())
+    env.close()

@@ -1,0 +1,104 @@
+"""The shared-prefix log-prob kernel: exact against a per-row forward (values and gradients) and against
+TRL's fused LM head."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from agentrl.config import compose_config
+from agentrl.trainers.logps import shared_prefix_logps
+from agentrl.trainers.multistep import pack_samples
+from agentrl.types import StepSample
+
+
+def tiny_model_cfg() -> Any:
+    return compose_config(["model=tiny-random"]).model
+
+
+def test_completion_logprobs_match_trl_fused_head():
+    """Our CPU shortcut (LM head on the completion positions only) equals a plain full-logits forward
+    exactly, and TRL's fused tiled head up to that kernel's own rounding (~1e-3 on CPU)."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from agentrl.models import load_model
+    from agentrl.trainers.multistep import MultiStepTrainer
+
+    model, tokenizer = load_model(tiny_model_cfg(), for_training=True)
+    args = GRPOConfig(
+        output_dir="/tmp/unused",
+        per_device_train_batch_size=2,
+        num_generations=2,
+        use_cpu=True,
+        report_to="none",
+        temperature=1.3,
+        max_steps=1,
+        activation_checkpointing=False,
+    )
+    trainer = MultiStepTrainer(
+        model=model,
+        reward_funcs=[lambda **kw: [0.0]],
+        args=args,
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_dict({"prompt": ["x", "y"]}),
+        collect=lambda i: ([], {}),
+    )
+    ids = torch.randint(0, 1000, (3, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    ours, ours_entropy, _ = trainer._get_per_token_logps_and_entropies(
+        model, ids, mask, 4, compute_entropy=True
+    )
+    parent = super(type(trainer), trainer)._get_per_token_logps_and_entropies
+    theirs, their_entropy, _ = parent(model, ids, mask, 4, compute_entropy=True)
+    with torch.no_grad():
+        full = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float() / 1.3, -1)
+    exact = full[:, -5:-1].gather(-1, ids[:, -4:, None]).squeeze(-1)
+    assert ours.shape == theirs.shape == (3, 4)
+    assert torch.allclose(ours, exact, atol=1e-5)
+    assert torch.allclose(ours, theirs, atol=5e-3)
+    assert torch.allclose(ours_entropy, their_entropy, atol=5e-3)
+
+
+def test_shared_prefix_logps_equal_per_row_forward_values_and_gradients():
+    from agentrl.models import load_model
+
+    model, _ = load_model(tiny_model_cfg(), for_training=True)
+    system = list(range(100, 120))  # a common prefix long enough for its own pass (MIN_SHARED_PREFIX)
+    prompts = [[5, 6, 7, 8], [5, 6, 7, 8], [9, 10], [5, 6, 7, 8], [9, 10]]  # 2 distinct prompts
+    check_rows(model, prompts)
+    check_rows(model, [system + p for p in prompts])
+    check_rows(model, [system + p for p in prompts[:1]])  # one row only
+
+
+def check_rows(model: Any, prompts: list[list[int]]) -> None:
+    model.zero_grad()
+    completions = [[11, 12, 13], [14, 15], [16, 17, 18], [11], [19, 20, 21]][: len(prompts)]
+    samples = [
+        StepSample(p, c, None, 1.0, i, 0) for i, (p, c) in enumerate(zip(prompts, completions, strict=True))
+    ]
+    batch = pack_samples(samples, pad_id=0, device="cpu")
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    width = batch["completion_ids"].size(1)
+    logps, entropy = shared_prefix_logps(model, ids, mask, width, temperature=0.7, compute_entropy=True)
+    loss = (logps * batch["completion_mask"]).sum()
+    loss.backward()
+    ours_grad = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+
+    reference = 0.0
+    for row, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        logits = model(input_ids=torch.tensor([p + c])).logits[0, len(p) - 1 : -1].float() / 0.7
+        row_logps = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c)[:, None]).squeeze(-1)
+        assert torch.allclose(logps[row, : len(c)], row_logps, atol=1e-5), row
+        reference = reference + row_logps.sum()
+    reference.backward()
+    for name, param in model.named_parameters():
+        if param.grad is not None:
+            assert torch.allclose(ours_grad[name], param.grad, rtol=1e-3, atol=1e-4), (
+                name,
+                (ours_grad[name] - param.grad).abs().max(),
+            )
+    assert entropy.shape == logps.shape
