@@ -11,8 +11,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from agentrl.envs import TextEnv
-from agentrl.rollout import Episode, rollout
+from agentrl.rollout import rollout
 from agentrl.runlog import progress, write_json
+from agentrl.types import Agent, Episode
 
 
 def eval_seeds(cfg: DictConfig) -> list[int]:
@@ -56,7 +57,7 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
 
 def evaluate(
     make_env: Callable[[], TextEnv],
-    agent: Any,
+    agent: Agent,
     seeds: Sequence[int],
     *,
     lockstep: bool = True,

@@ -47,6 +47,10 @@ def check_job(overrides: list[str]) -> DictConfig:
         raise ConfigError(f"unknown task {cfg.task!r}; valid choices: {', '.join(TASKS)}")
     if cfg.task == "eval" and cfg.agent.name not in AGENTS:
         raise ConfigError(f"unknown agent {cfg.agent.name!r}; valid choices: {', '.join(AGENTS)}")
+    if cfg.task == "eval" and cfg.agent.name == "dqn":
+        from agentrl.agents.dqn import dqn_model_path
+
+        dqn_model_path(cfg.agent.path)  # a missing or wrong path fails here, before a run directory exists
     if cfg.task == "train":
         if cfg.get("algo") is None:
             raise ConfigError(f"train needs algo=<name>; valid choices: {', '.join(sorted(TRAINERS))}")

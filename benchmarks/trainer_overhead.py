@@ -146,7 +146,7 @@ def main() -> None:
         f"plain trl.GRPOTrainer  {plain:.3f} s/iteration  (runs: {', '.join(f'{t:.3f}' for t in times['plain'])})"
     )
     print(
-        f"MultiStepGRPOTrainer   {ours:.3f} s/iteration  (TRL's log-prob path; runs: "
+        f"MultiStepTrainer       {ours:.3f} s/iteration  (TRL's log-prob path; runs: "
         f"{', '.join(f'{t:.3f}' for t in times['ours'])})"
     )
     print(f"  default CPU path (completion-only LM head, shared prompts): {fast:.3f} s/iteration")

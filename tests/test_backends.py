@@ -210,6 +210,9 @@ class _ChatServer:
     def __init__(self, model, tokenizer):
         self.backend = HFBackend(model, tokenizer)
         self.tokenizer = tokenizer
+        # one generate at a time, as a real server's engine batches them: an HFBackend (its prefix
+        # cache, the model's train/eval mode) is not meant to be shared by concurrent threads
+        self.lock = threading.Lock()
         self.requests: list[tuple[dict, dict]] = []
         self.fail_with: int | None = None
         outer = self
@@ -252,7 +255,8 @@ class _ChatServer:
             max_new_tokens=body["max_tokens"],
             stop=tuple(body.get("stop") or ()),
         )
-        completion, logprobs = self.backend.generate([ids], sampling, seed=body.get("seed"))[0]
+        with self.lock:
+            completion, logprobs = self.backend.generate([ids], sampling, seed=body.get("seed"))[0]
         if completion and completion[-1] == self.tokenizer.eos_token_id:  # servers do not return eos
             completion, logprobs = completion[:-1], logprobs[:-1]
         as_ids = body.get("return_tokens_as_token_ids")

@@ -69,7 +69,9 @@ def test_short_run_writes_eval_checkpoints_and_resumes(tmp_path):
     assert not (tmp_path / "again" / "eval.json").exists()  # the runner is its only writer
     assert saved["total_timesteps"] == 2000 and saved["algo"] == "dqn" and saved["env"] == "frozenlake"
     assert saved["episodes"] == 10 and saved["success_rate"] == metrics["success_rate"]
-    assert set(result.extra) == {"total_timesteps", "train_time_s"} and result.extra["total_timesteps"] == 2000
+    assert (
+        set(result.extra) == {"total_timesteps", "train_time_s"} and result.extra["total_timesteps"] == 2000
+    )
     assert len(result.episodes) == 10
     assert not list(run_dir.glob(".tmp-*"))  # every atomic write was renamed into place
     assert len((run_dir / "episodes.jsonl").read_text().splitlines()) == 10
@@ -171,6 +173,7 @@ def test_eval_agent_dqn_bad_paths_are_one_line(tmp_path):
         output = " ".join(result.output.split())  # the log handler may wrap a long line
         assert "agent.path is required for agent=dqn" in output, output
         assert "Traceback" not in result.output
+        assert not (tmp_path / "r").exists()  # refused before a run directory was made
     with pytest.raises(ConfigError, match="agent.path is required"):
         dqn_model_path(None)
     empty = tmp_path / "empty_run"

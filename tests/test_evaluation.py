@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from omegaconf import OmegaConf
 
 from agentrl.agents.baselines import RandomAgent
 from agentrl.envs import env_factory
@@ -41,10 +40,11 @@ def test_episode_metrics_known_values():
 
 
 def test_eval_seeds_are_held_out_and_per_seed():
-    cfg = OmegaConf.create({"seed": 0, "eval": {"episodes": 3, "seed_offset": 1_000_000}})
+    from agentrl.config import compose_config
+
+    cfg = compose_config(["eval.episodes=3", "eval.seed_offset=1000000"])
     assert eval_seeds(cfg) == [1_000_000, 1_000_001, 1_000_002]
-    cfg.seed = 2
-    assert eval_seeds(cfg)[0] == 1_002_000
+    assert eval_seeds(compose_config(["seed=2"]))[0] == 1_002_000
 
 
 def test_lockstep_and_sequential_rollouts_agree():

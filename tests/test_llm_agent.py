@@ -11,10 +11,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from omegaconf import OmegaConf
 
 from agentrl.agents.backends import Backend, HFBackend, SamplingConfig
 from agentrl.agents.llm import LLMAgent, TextInterface, build_llm_agent, format_prompt_preview
+from agentrl.config import compose_config
 from agentrl.envs.base import TextEnv
 from agentrl.errors import ConfigError, UnknownChoiceError
 from agentrl.models import load_model
@@ -283,21 +283,16 @@ def test_rollout_with_tiny_model(tiny):
     ]
 
 
-def _cfg(**agent):
-    return OmegaConf.create(
-        {
-            "seed": 0,
-            "env": {"name": "frozenlake"},
-            "model": {"name": "tiny-random", "name_or_path": "builtin:tiny-random", "backend": "hf"},
-            "agent": {"name": "llm", "sampling": {"temperature": 0.0, "max_new_tokens": None}, **agent},
-        }
-    )
+def _cfg(*overrides: str) -> Any:
+    return compose_config(["model=tiny-random", "agent.sampling.temperature=0.0", *overrides])
 
 
 def test_build_llm_agent_from_config(tiny):
     model, tokenizer = tiny
     agent = build_llm_agent(
-        _cfg(cot=True, history=3, invalid_rule="random"), model=model, tokenizer=tokenizer
+        _cfg("agent.cot=true", "agent.history=3", "agent.invalid_rule=random"),
+        model=model,
+        tokenizer=tokenizer,
     )
     assert (
         isinstance(agent, LLMAgent) and isinstance(agent.backend, HFBackend) and agent.backend.model is model
@@ -310,7 +305,7 @@ def test_build_llm_agent_from_config(tiny):
 
 
 def test_format_prompt_preview(tiny):
-    text = format_prompt_preview(_cfg(prefill="<action>"))
+    text = format_prompt_preview(_cfg("agent.prefill='<action>'"))
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n<action>")
     assert "Observation:\n" in text and "Answer with one action as <action>NAME</action>." in text
 

@@ -6,7 +6,7 @@ One TRL "generation" is one iteration of multi-step RL (docs/architecture.md#one
                  sampling), through a view of the policy with the training sampling settings
     credit       the algorithm's pure credit assignment (agentrl/algos/<name>.py) -> rows with advantages
     pack         rows -> TRL's tensors: prompt = that step's observation prompt, completion = what the
-                 policy generated there, advantages, old log-probs
+                 policy generated there, advantages, old log-probs, reference log-probs when beta > 0
     update       TRL's clipped token-level surrogate, KL, optimizer step, scheduler, accumulation
     callbacks    rollout-cache reset, time limit, periodic eval, checkpoints, metrics (callbacks.py)
 
@@ -208,9 +208,26 @@ class MultiStepTrainer(GRPOTrainer):
         for chunk in split_even(samples, parts):
             batch = pack_samples(chunk or [filler], pad_id, device, with_old_logprobs=self.num_iterations > 1)
             batch["num_items_in_batch"] = torch.tensor(float(max(total_tokens, 1)), device=device)
+            if self.beta != 0.0:
+                batch["ref_per_token_logps"] = self._reference_logps(batch)
             batches.append(batch)
         self._update_start = time.perf_counter()
         return batches
+
+    def _reference_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Log-probs of the rows' completion tokens under the reference policy (for the KL term): TRL's
+        frozen copy under full fine-tuning, the base with the adapter disabled under LoRA."""
+        from trl.trainer.utils import use_adapter
+
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        width = batch["completion_ids"].size(1)
+        with torch.no_grad():
+            if self.ref_model is not None:
+                return self._get_per_token_logps_and_entropies(self.ref_model, ids, mask, width)[0]
+            model = self.accelerator.unwrap_model(self.model)
+            with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+                return self._get_per_token_logps_and_entropies(self.model, ids, mask, width)[0]
 
     # -- log-probs of the completion tokens ------------------------------------------------------------
     def _get_per_token_logps_and_entropies(
@@ -358,15 +375,13 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     if algo.torch_threads:
         torch.set_num_threads(algo.torch_threads)
     checkpoint = newest_checkpoint(run_dir) if resume else None
-    if resume:
-        log.info("Resuming from %s", checkpoint) if checkpoint else log.warning(
-            "No checkpoint in %s: starting from the beginning", run_dir
-        )
+    if checkpoint is not None:
+        log.info("Resuming from %s", checkpoint)
+    elif resume:
+        log.warning("No checkpoint in %s: starting from the beginning", run_dir)
 
     # -- the policy and its two views: training rollouts and evaluation --
     model, tokenizer = load_model(cfg.model, for_training=True)
-    if algo.trainable_layers and cfg.model.lora.r > 0:
-        raise ConfigError("algo.trainable_layers is for full fine-tuning; with LoRA set model.lora.r=0")
     log.info("Trainable parameters: %d", freeze_layers(model, algo.trainable_layers))
     policy = build_llm_agent(cfg, model=model, tokenizer=tokenizer, share_prompts=algo.shared_prefix)
     max_new = algo.max_new_tokens or policy.sampling.max_new_tokens
