@@ -10,14 +10,34 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
+from typer.core import TyperCommand
 
 from agentrl.console import console, setup_logging
 from agentrl.errors import AgentRLError
 
+
+def _examples(*rows: tuple[str, str]) -> str:
+    """An "Examples" help block: what each command does as a shell comment, then the command."""
+    from rich.markup import escape
+
+    lines = [line for cmd, what in rows for line in (f"  [dim]# {escape(what)}[/dim]", f"  {escape(cmd)}")]
+    return "[bold]Examples[/bold]\n\n" + "\n".join(lines)
+
+
 app = typer.Typer(
     name="agentrl",
     help="RL post-training of language-model agents on text games: train, eval, sweep, play, report.",
+    epilog=_examples(
+        ("agentrl envs", "the environments and their actions"),
+        ("agentrl eval env=frozenlake agent=planner", "evaluate any agent, LLM or classic"),
+        ("agentrl train env=snake model=qwen2.5-3b", "post-train an LLM agent (MS-GRPO)"),
+        ("agentrl sweep env=frozenlake,snake seed=0,1,2", "one job per combination, then a table"),
+        ("agentrl play env=tictactoe", "play it yourself"),
+        ("agentrl report outputs/", "tables and plots across runs"),
+    )
+    + "\n\nagentrl COMMAND --help shows that command's examples and config groups.",
     rich_markup_mode="rich",
     no_args_is_help=True,
     add_completion=False,
@@ -27,9 +47,71 @@ app = typer.Typer(
 Overrides = Annotated[
     list[str] | None,
     typer.Argument(
-        help="Hydra overrides: env=snake agent=planner eval.episodes=50 seed=3 ...", show_default=False
+        help="Hydra overrides: group=option, key=value, +new.key=value (examples below)", show_default=False
     ),
 ]
+
+#: the algorithm `train` uses when no algo= is given
+TRAIN_DEFAULT_ALGO = "msgrpo"
+#: the config groups each command's --help lists (algo only where a run trains)
+HELP_GROUPS = {
+    "eval": ("env", "agent", "model", "experiment"),
+    "train": ("env", "algo", "model", "agent", "experiment"),
+    "sweep": ("env", "agent", "model", "algo", "experiment"),
+    "config": ("env", "agent", "model", "algo", "experiment"),
+    "play": ("env",),
+}
+
+
+def root_defaults() -> dict[str, str | None]:
+    """Each config group's default option, from the defaults list of conf/config.yaml (None: none)."""
+    from omegaconf import OmegaConf
+
+    from agentrl.config import CONF_DIR, CONFIG_GROUPS
+
+    defaults: dict[str, str | None] = {}
+    for item in OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml")).get("defaults", []):
+        if isinstance(item, dict):
+            for key, option in item.items():
+                group = key.split()[-1]  # "optional algo" -> algo
+                if group in CONFIG_GROUPS and not key.startswith("override"):
+                    defaults[group] = option
+    return defaults
+
+
+def config_groups_help(command: str) -> str:
+    """The config groups `command` takes, each with its options and default, read from agentrl/conf/."""
+    from agentrl.config import group_options
+
+    defaults = root_defaults()
+    if command == "train":
+        defaults["algo"] = TRAIN_DEFAULT_ALGO
+    groups = HELP_GROUPS[command]
+    width = max(len(g) for g in groups)
+    lines = ["[bold]Config groups[/bold] (group=option)", ""]
+    for group in groups:
+        default = defaults.get(group)
+        options = [o for o in group_options(group) if o != default]
+        first = f"{default} (default)" if default else "none by default"
+        lines.append(f"  {group:<{width}} = {', '.join([first, *options])}")
+    lines += ["", "Every key of an option, its default and help: agentrl config <group>=<option> --describe"]
+    return "\n".join(lines)
+
+
+class _GroupsHelpCommand(TyperCommand):
+    """A command whose --help ends with the config groups, read from the config tree only when help is
+    shown (so the CLI does not load it on every start)."""
+
+    help_groups_for = ""
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.help_groups_for and "Config groups" not in (self.epilog or ""):
+            self.epilog = f"{self.epilog or ''}\n\n{config_groups_help(self.help_groups_for)}".strip()
+        super().format_help(ctx, formatter)
+
+
+def _groups_help(command: str) -> type[TyperCommand]:
+    return type(f"_{command.title()}Command", (_GroupsHelpCommand,), {"help_groups_for": command})
 
 
 def _errors_to_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -46,10 +128,16 @@ def _errors_to_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@app.command()
+@app.command(
+    epilog=_examples(
+        ("agentrl envs", "the table"),
+        ("agentrl play env=snake", "try one yourself"),
+        ("agentrl config env=snake --describe", "every option of an env, with its default"),
+    )
+)
 @_errors_to_exit
 def envs() -> None:
-    """List the environments, their gymnasium ids and variants."""
+    """List the environments, their gymnasium ids, actions and variants."""
     from rich.table import Table
 
     from agentrl.config import group_options
@@ -74,17 +162,51 @@ def envs() -> None:
     console.print(f"config options (env=...): {', '.join(group_options('env'))}")
 
 
-@app.command("eval")
+@app.command(
+    "eval",
+    cls=_groups_help("eval"),
+    epilog=_examples(
+        ("agentrl eval env=frozenlake agent=planner", "a classic agent"),
+        ("agentrl eval env=snake agent=random eval.episodes=50 seed=1", "more episodes, other seeds"),
+        ("agentrl eval env=tictactoe env.opponent=mcts", "the default LLM (embedded SmolLM2) vs MCTS"),
+        ("agentrl eval env=bandit model=qwen2.5-3b agent.cot=true", "a hub model that thinks first"),
+        (
+            "agentrl eval model=openai model.base_url=http://host:8000/v1 model.name=Qwen/Qwen2.5-72B-Instruct",
+            "any OpenAI-compatible endpoint",
+        ),
+        (
+            "agentrl eval env=snake agent=dqn agent.path=outputs/2026-12-01/10-00-00_train_snake",
+            "a trained DQN",
+        ),
+        (
+            "agentrl eval model.name_or_path=outputs/2026-12-01/10-00-00_train_frozenlake/final",
+            "a trained LLM",
+        ),
+    ),
+)
 @_errors_to_exit
 def eval_(overrides: Overrides = None) -> None:
-    """Evaluate an agent (LLM or classic) on held-out episodes; writes eval.json, episodes.jsonl."""
+    """Evaluate an agent (LLM or classic) on held-out episodes.
+
+    Plays eval.episodes episodes on held-out seeds and writes eval.json, episodes.jsonl (and
+    transcripts.jsonl for LLM agents) into a new run directory."""
     from agentrl.run import launch
 
     setup_logging()
     launch("eval", list(overrides or []))
 
 
-@app.command()
+@app.command(
+    cls=_groups_help("train"),
+    epilog=_examples(
+        ("agentrl train", "MS-GRPO, embedded SmolLM2 on Frozen Lake (CPU)"),
+        ("agentrl train experiment=frozenlake_learn", "the tuned CPU preset"),
+        ("agentrl train env=snake model=qwen2.5-3b algo.iterations=500 algo.beta=0.1", "a GPU run"),
+        ("agentrl train algo.aaw.enabled=false", "the uniform-sampling ablation"),
+        ("agentrl train env=snake algo=dqn", "the DQN baseline (Stable-Baselines3)"),
+        ("agentrl train --resume outputs/2026-12-01/10-00-00_train_frozenlake", "continue a killed run"),
+    ),
+)
 @_errors_to_exit
 def train(
     overrides: Overrides = None,
@@ -93,31 +215,39 @@ def train(
         typer.Option("--resume", help="Continue a killed run from its newest complete checkpoint"),
     ] = None,
 ) -> None:
-    """Post-train an agent (algo=msgrpo by default; algo=dqn for the DQN baseline). Writes metrics.jsonl,
-    TensorBoard events, checkpoints, eval.json (before/after) into the run directory."""
-    from agentrl.run import launch, resume_overrides
+    """Post-train an agent (algo=msgrpo by default; algo=dqn for the DQN baseline).
+
+    Writes metrics.jsonl, TensorBoard events, checkpoints and eval.json (before and after training)
+    into a new run directory."""
+    from agentrl.run import launch
 
     setup_logging()
     overrides = list(overrides or [])
-    resume_dir = resume
-    for item in list(overrides):
-        if item.startswith("resume="):
-            resume_dir = Path(item.split("=", 1)[1])
-            overrides.remove(item)
-    if resume_dir is not None:
-        overrides = resume_overrides(str(resume_dir), overrides)
-    elif not any(o.split("=", 1)[0] == "algo" for o in overrides):
+    keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    # a resumed run keeps its own algo (launch reads it from the run's overrides)
+    if resume is None and "resume" not in keys and "algo" not in keys:
         overrides.insert(0, "algo=msgrpo")
-    launch("train", overrides)
+    launch("train", overrides, resume=resume)
 
 
-@app.command()
+@app.command(
+    epilog=_examples(
+        ("agentrl report outputs/", "every run found under outputs/"),
+        (
+            "agentrl report outputs/multirun/2026-12-01/10-00-00 --out reports/",
+            "one sweep, written elsewhere",
+        ),
+    )
+)
 @_errors_to_exit
 def report(
     dirs: Annotated[list[Path], typer.Argument(help="Run or sweep directories to search for runs")],
     out: Annotated[Path | None, typer.Option(help="Where to write report.md, report.csv and plots")] = None,
 ) -> None:
-    """Tables (markdown, CSV) and plots across runs: one row per run and aggregates over seeds."""
+    """Tables (markdown, CSV) and plots across runs.
+
+    Writes report.md, report.csv (one row per run), report_groups.csv (mean ± stderr over seeds) and
+    PNG plots; incomplete runs are listed, never fatal."""
     from agentrl.errors import RunDirError
     from agentrl.report import build_report
 
@@ -127,7 +257,15 @@ def report(
     build_report(list(dirs), out, console=console)
 
 
-@app.command()
+@app.command(
+    cls=_groups_help("sweep"),
+    epilog=_examples(
+        ("agentrl sweep env=frozenlake,snake agent=random,planner", "4 eval jobs, then a table"),
+        ("agentrl sweep algo=msgrpo seed=0,1,2", "3 training runs (a sweep with algo= trains)"),
+        ("agentrl sweep seed=0,1,2 hydra/launcher=joblib", "jobs in parallel on this machine"),
+        ("agentrl sweep algo=msgrpo seed=0,1,2 hydra/launcher=slurm", "jobs submitted to SLURM"),
+    ),
+)
 @_errors_to_exit
 def sweep(
     overrides: Overrides = None,
@@ -135,8 +273,10 @@ def sweep(
         str, typer.Option(help="eval or train for every job (default: train when algo= is given)")
     ] = "",
 ) -> None:
-    """Hydra multirun over comma-separated values, e.g. env=frozenlake,snake agent=random,planner.
-    Add hydra/launcher=joblib for parallel local jobs, hydra/launcher=slurm for a SLURM cluster."""
+    """Run one job per combination of comma-separated values (Hydra multirun).
+
+    Each job gets its own run directory under outputs/multirun/<date>/<time>/; a summary table follows.
+    hydra/launcher=joblib runs jobs in parallel, hydra/launcher=slurm submits them to SLURM."""
     from agentrl.run import launch
 
     setup_logging()
@@ -182,29 +322,57 @@ def _print_sweep_summary(sweep_dir: Path) -> None:
     console.print(f"[bold]sweep directory:[/bold] {sweep_dir}")
 
 
-@app.command()
+@app.command(
+    cls=_groups_help("play"),
+    epilog=_examples(
+        ("agentrl play env=tictactoe", "against a random opponent"),
+        ("agentrl play env=tictactoe env.opponent=perfect env.agent_mark=O", "second, against perfect play"),
+        ("agentrl play env=snake seed=3", "Snake: u/d/l/r or the arrow keys"),
+        ("agentrl play env=frozenlake env.map=random env.slippery=true", "a random, slippery lake"),
+    ),
+)
 @_errors_to_exit
 def play(overrides: Overrides = None) -> None:
-    """Play an environment yourself in the terminal (illegal moves are asked again)."""
+    """Play an environment yourself in the terminal.
+
+    A move is an action's name, a prefix only it has (u for up) or an arrow key; an unknown or illegal
+    move is asked again. Ctrl-D or Ctrl-C quits. Needs an interactive terminal."""
     from agentrl.agents.baselines import HumanAgent
     from agentrl.envs import env_factory
     from agentrl.rollout import rollout
     from agentrl.run import check_job
 
     cfg = check_job(["agent=human", *(overrides or [])])
+    agent = HumanAgent(console=console)  # refuses to start when stdin is not a terminal
     make_env = env_factory(cfg.env)
+    env = make_env()
     console.rule(f"[bold]{cfg.env.name}")
-    console.print(make_env().instructions)
+    # Wrapped at word boundaries to the terminal's width; markup off: env text is plain text.
+    console.print(env.instructions, markup=False, highlight=False, soft_wrap=False)
+    console.print(HumanAgent.controls(env.action_names), markup=False, highlight=False, soft_wrap=False)
     console.rule()
-    episode = rollout(make_env, HumanAgent(console=console), [int(cfg.seed)])[0]
-    console.print(episode.final_observation)
+    try:
+        episode = rollout(make_env, agent, [int(cfg.seed)])[0]
+    except (EOFError, KeyboardInterrupt) as exc:
+        console.print("\nbye (game not finished)", highlight=False)
+        raise typer.Exit(130 if isinstance(exc, KeyboardInterrupt) else 0) from None
+    console.print(episode.final_observation, markup=False, highlight=False, soft_wrap=False)
     outcome = "success" if episode.success else "no success"
     console.print(
-        f"[bold]Episode over:[/bold] return {episode.episode_return:.2f} in {episode.length} moves ({outcome})"
+        f"[bold]Episode over:[/bold] return {episode.episode_return:.2f} in {episode.length} moves ({outcome})",
+        soft_wrap=False,
     )
 
 
-@app.command()
+@app.command(
+    cls=_groups_help("config"),
+    epilog=_examples(
+        ("agentrl config env=snake model=qwen2.5-3b", "the composed config"),
+        ("agentrl config env=frozenlake --show-prompt", "and the first prompt the LLM sees"),
+        ("agentrl config algo=msgrpo --describe", "every key of an option: type, default, source, help"),
+        ("agentrl config --describe", "the top-level keys (seed, eval.episodes, ...)"),
+    ),
+)
 @_errors_to_exit
 def config(
     overrides: Overrides = None,
@@ -220,8 +388,10 @@ def config(
         ),
     ] = False,
 ) -> None:
-    """Print the composed config for the given overrides (and optionally the LLM prompt); with
-    --describe, what every key of the named group options means."""
+    """Print the composed config for the given overrides.
+
+    --show-prompt adds the exact first prompt an LLM agent sees; --describe explains every key of the
+    group options named (type, default, allowed values, source, help) instead."""
     from omegaconf import OmegaConf
 
     from agentrl.config import compose_config

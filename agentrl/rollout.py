@@ -19,13 +19,26 @@ EnvFactory = Callable[[], TextEnv]
 
 
 class RolloutStats:
-    """Running counts for the live progress line."""
+    """Running counts for the progress line (episodes done, env steps, steps/s, success so far) and a
+    bound on the time left: lockstep episodes tend to end together, late, so the episodes done say
+    little about the ETA until the end, while every env caps an episode's steps (`max_steps`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, total: int = 0) -> None:
+        self.total = total  # episodes to play
         self.episodes = 0
         self.successes = 0
         self.steps = 0
         self.completion_tokens = 0
+        self.cap: int | None = None  # the env's step cap (None: unknown)
+        self.running = 0  # episodes started and not finished
+        self.running_steps_left = 0  # steps the running episodes may still take (cap - steps so far)
+
+    def seconds_left_bound(self, elapsed: float) -> float | None:
+        """At most this many seconds left at the speed so far (None when the cap is unknown)."""
+        if self.cap is None or not self.steps or elapsed <= 0:
+            return None
+        waiting = max(self.total - self.episodes - self.running, 0)
+        return (self.running_steps_left + waiting * self.cap) * elapsed / self.steps
 
     def line(self, elapsed: float) -> str:
         rate = self.successes / self.episodes if self.episodes else 0.0
@@ -33,7 +46,8 @@ class RolloutStats:
             f" tok/s {self.completion_tokens / elapsed:.0f}" if self.completion_tokens and elapsed > 0 else ""
         )
         return (
-            f"episodes {self.episodes} success {rate:.2f} steps/s {self.steps / max(elapsed, 1e-9):.1f}{tok}"
+            f"episodes {self.episodes} steps {self.steps} steps/s {self.steps / max(elapsed, 1e-9):.1f}"
+            f" success {rate:.2f}{tok}"
         )
 
 
@@ -51,29 +65,38 @@ def rollout(
     """Play one episode per seed. `lockstep=True` advances all episodes together with one
     `agent.act` call per step; `lockstep=False` plays them one at a time (for benchmarks).
 
-    `progress` is an optional `runlog.progress` bar, advanced as episodes finish. `reset_options` go to
-    every `env.reset` (e.g. a training curriculum's start rule).
+    `progress` is an optional `runlog.progress` bar, advanced as episodes finish; after every lockstep
+    step its line is refreshed (steps/s), so an eval whose episodes all end late still shows it is
+    moving. `reset_options` go to every `env.reset` (e.g. a training curriculum's start rule).
     """
     import time
 
     group_ids = list(group_ids) if group_ids is not None else [0] * len(seeds)
     if len(group_ids) != len(seeds):
         raise ValueError("group_ids and seeds must have the same length")
-    stats = RolloutStats()
+    stats = RolloutStats(len(seeds))
     start = time.perf_counter()
     batches = [list(range(len(seeds)))] if lockstep else [[i] for i in range(len(seeds))]
     episodes: list[Episode | None] = [None] * len(seeds)
+
+    def on_step() -> None:
+        if progress is not None:
+            elapsed = time.perf_counter() - start
+            progress.update(stats.line(elapsed), eta_s=stats.seconds_left_bound(elapsed))
+
     for batch in batches:
-        for i, ep in _lockstep(make_env, agent, seeds, group_ids, batch, agent_seed, stats, reset_options):
+        steps = _lockstep(make_env, agent, seeds, group_ids, batch, agent_seed, stats, reset_options, on_step)
+        for i, ep in steps:
             episodes[i] = ep
             stats.episodes += 1
             stats.successes += int(ep.success)
             if progress is not None:
-                progress.advance(stats.line(time.perf_counter() - start))
+                elapsed = time.perf_counter() - start
+                progress.advance(stats.line(elapsed), eta_s=stats.seconds_left_bound(elapsed))
     return [ep for ep in episodes if ep is not None]
 
 
-def _lockstep(make_env, agent, seeds, group_ids, indices, agent_seed, stats, reset_options):
+def _lockstep(make_env, agent, seeds, group_ids, indices, agent_seed, stats, reset_options, on_step=None):
     envs = {i: make_env() for i in indices}
     episodes = {i: Episode(seed=int(seeds[i]), group_id=int(group_ids[i])) for i in indices}
     rngs = {i: np.random.default_rng([agent_seed, int(seeds[i]), i]) for i in indices}
@@ -81,6 +104,9 @@ def _lockstep(make_env, agent, seeds, group_ids, indices, agent_seed, stats, res
     for i in indices:
         current[i] = envs[i].reset(seed=int(seeds[i]), options=reset_options)
     active = list(indices)
+    caps = {i: getattr(envs[i], "max_steps", None) for i in indices}
+    if all(isinstance(c, int) for c in caps.values()) and caps:
+        stats.cap = max(caps.values())
     while active:
         contexts = [
             StepContext(envs[i], current[i][0], current[i][1], episodes[i].steps, rngs[i], i) for i in active
@@ -117,6 +143,11 @@ def _lockstep(make_env, agent, seeds, group_ids, indices, agent_seed, stats, res
                 current[i] = (obs, info)
                 still_active.append(i)
         active = still_active
+        stats.running = len(active)
+        if stats.cap is not None:
+            stats.running_steps_left = sum(max(caps[i] - len(episodes[i].steps), 0) for i in active)
+        if on_step is not None:
+            on_step()
 
 
 def informative_group_count(episodes: Sequence[Episode], tol: float = 1e-9) -> int:

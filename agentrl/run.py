@@ -1,16 +1,20 @@
 """Composes config -> builds objects -> dispatches; owns the run directory.
 
 Every run goes through Hydra's own entry point (`hydra.main`), so `.hydra/` (resolved config,
-overrides), run-directory naming and multirun launchers (basic, joblib, submitit) are Hydra's. Before
-Hydra starts, each job's config is composed and checked here, so bad input fails with one line and no
-run directory is created.
+overrides) and multirun launchers (basic, joblib, submitit) are Hydra's. Before Hydra starts, each
+job's config is composed and checked here, so bad input fails with one line and no run directory is
+created. A single run's directory is then chosen and locked here too (agentrl/rundir.py), before Hydra
+writes into it: a directory that already holds a run is never reused except by `resume`, and a second
+process aimed at a directory in use is refused. Every job records `status.json`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,8 +24,23 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl.algos import LLM_ALGORITHMS
-from agentrl.config import CONF_DIR, compose_config, split_sweep
+from agentrl.config import CONF_DIR, CONFIG_GROUPS, compose_config, split_sweep
 from agentrl.errors import AgentRLError, ConfigError, RunDirError
+from agentrl.rundir import (
+    STATUS_FILE,
+    RunLock,
+    SavedRun,
+    claim,
+    end_status,
+    is_complete,
+    last_metrics_time,
+    load_train_run,
+    merge_overrides,
+    override_key,
+    quote,
+    start_status,
+    under,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +50,15 @@ TRAINERS = {
     "dqn": "agentrl.trainers.dqn:train_dqn",
     **{name: "agentrl.trainers.multistep:train_llm" for name in LLM_ALGOS},
 }
+#: the algo key that says how much training a run asks for (resume continues a complete run only when
+#: it grows)
+BUDGET_KEYS = {"dqn": "total_timesteps"}
+DEFAULT_BUDGET_KEY = "iterations"
+NO_ALGO_IN_EVAL = "eval takes no algo; to evaluate a trained run use from_run=<run dir>"
+#: keys of a training run's overrides that an evaluation of it leaves out
+NOT_FOR_EVAL = ("task", "algo", "resume", "from_run", "name", "hydra")
+#: keys of a run's overrides that a resume does not repeat: the command sets them again
+NOT_REPEATED = ("task", "resume", "from_run", "hydra")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -45,6 +73,10 @@ def check_job(overrides: list[str]) -> DictConfig:
     env_factory(cfg.env)
     if cfg.task not in TASKS:
         raise ConfigError(f"unknown task {cfg.task!r}; valid choices: {', '.join(TASKS)}")
+    if cfg.get("resume") is not None:
+        raise ConfigError(f"resume={cfg.resume}: continues one training run: agentrl train resume=<run dir>")
+    if cfg.task == "train" and cfg.get("from_run") is not None:
+        raise ConfigError(f"from_run={cfg.from_run}: is for eval (agentrl eval from_run=<run dir>)")
     if cfg.task == "eval" and cfg.agent.name not in AGENTS:
         raise ConfigError(f"unknown agent {cfg.agent.name!r}; valid choices: {', '.join(AGENTS)}")
     if cfg.task == "eval" and cfg.agent.name == "dqn":
@@ -61,62 +93,280 @@ def check_job(overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def resume_overrides(run_dir: str, extra: list[str]) -> list[str]:
-    """Overrides that recreate a run's config from its .hydra/overrides.yaml, in its own directory."""
-    path = Path(run_dir)
-    saved = path / ".hydra" / "overrides.yaml"
-    if not saved.is_file():
-        raise RunDirError(f"cannot resume {run_dir}: no .hydra/overrides.yaml (not an agentrl run directory)")
-    previous = [o for o in OmegaConf.load(saved) if not str(o).startswith(("resume=", "hydra.run.dir="))]
-    keys = {o.split("=", 1)[0] for o in extra}
-    kept = [o for o in previous if o.split("=", 1)[0] not in keys]
-    return [*kept, *extra, f"resume={path.resolve()}", f"hydra.run.dir={path.resolve()}"]
+def resume_overrides(run: SavedRun, extra: list[str]) -> list[str]:
+    """The overrides that recreate a run's config (its .hydra/overrides.yaml), with `extra` replacing
+    what it sets. Nothing the command sets itself (task, resume, the run directory) is repeated, so
+    overrides.yaml stays the run's own however often it is resumed."""
+    previous = [o for o in run.overrides if not under(override_key(o), NOT_REPEATED)]
+    return merge_overrides(previous, extra, CONFIG_GROUPS)
+
+
+@dataclass
+class TrainedModel:
+    """What `from_run=` names: the training run, the model file or directory to load, and its name
+    relative to the run (`final`, `checkpoint-4`, `final/model.zip`, `checkpoint-3000.zip`)."""
+
+    run: SavedRun
+    path: Path
+    checkpoint: str
+
+
+def trained_model(value: str | Path) -> TrainedModel:
+    """The model `from_run=<value>` evaluates: a training run directory (its final model, else its
+    newest checkpoint), or a `final/` or `checkpoint-N` inside one."""
+    from agentrl.runlog import list_checkpoints
+
+    what = "cannot evaluate from_run"
+    path = Path(str(value)).expanduser().resolve()
+    given: Path | None = None
+    if not (path / ".hydra" / "config.yaml").is_file() and (path.parent / ".hydra" / "config.yaml").is_file():
+        path, given = path.parent, path
+    run = load_train_run(path, what)
+    root = run.root
+    if run.algo == "dqn":
+        from agentrl.agents.dqn import dqn_model_path
+
+        if given is not None and given.is_dir() and (given / "model.zip").is_file():
+            model = given / "model.zip"
+        else:
+            model = dqn_model_path(given or root)
+    else:
+        candidates = [given] if given is not None else [root / "final"]
+        if given is None:
+            candidates += [p for _, p in reversed(list_checkpoints(root)) if p.is_dir()]
+        model = next((p for p in candidates if _holds_model(p)), None)
+        if model is None:
+            where = given.name if given is not None else "final/ nor a checkpoint-N/"
+            raise RunDirError(f"{what} {value}: no trained model there (neither {where} with a model)")
+    return TrainedModel(run, model, model.relative_to(root).as_posix())
+
+
+def _holds_model(path: Path) -> bool:
+    return path.is_dir() and any((path / f).is_file() for f in ("config.json", "adapter_config.json"))
+
+
+def from_run_overrides(trained: TrainedModel, extra: list[str]) -> list[str]:
+    """Overrides that evaluate a trained model as its run's own final evaluation did: the run's
+    overrides without the training-only keys, the model, and the evaluation's sampling settings (the
+    LLM trainer evaluates at algo.eval_temperature and algo.max_new_tokens); `extra` wins over all."""
+    run = trained.run
+    previous = [o for o in run.overrides if not under(override_key(o), NOT_FOR_EVAL)]
+    if run.algo == "dqn":
+        previous = [o for o in previous if not under(override_key(o), ("agent", "model"))]
+        derived = ["agent=dqn", f"agent.path={quote(trained.path)}"]
+    else:
+        algo = run.config.algo
+        derived = [f"model.name_or_path={quote(trained.path)}"]
+        if algo.get("eval_temperature") is not None:
+            derived.append(f"agent.sampling.temperature={float(algo.eval_temperature)}")
+        if algo.get("max_new_tokens") is not None:
+            derived.append(f"agent.sampling.max_new_tokens={int(algo.max_new_tokens)}")
+    return merge_overrides(merge_overrides(previous, derived, CONFIG_GROUPS), extra, CONFIG_GROUPS)
+
+
+def _value_of(override: str) -> Any:
+    """The value of one `key=value` override as Hydra parses it (quotes removed); a list for a sweep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides([override])[0]
+    return list(parsed.sweep_string_iterator()) if parsed.is_sweep_override() else parsed.value()
+
+
+def _eval_overrides(overrides: list[str]) -> list[str]:
+    """An eval's overrides: `algo` refused, `from_run=` expanded into the run's settings."""
+    if any(under(override_key(o), ("algo",)) for o in overrides):
+        raise ConfigError(NO_ALGO_IN_EVAL)
+    given = [o for o in overrides if override_key(o) == "from_run"]
+    value = _value_of(given[-1]) if given else None
+    if value is None or str(value) in ("", "null"):
+        _hint_from_run(overrides)
+        return overrides
+    if isinstance(value, list):
+        raise ConfigError(f"from_run takes one run directory, not a sweep ({given[-1]})")
+    return from_run_overrides(trained_model(str(value)), overrides)
+
+
+def _hint_from_run(overrides: list[str]) -> None:
+    """A model named inside a training run plays with the command's settings, not the run's (its
+    prefill, answer length, eval temperature): say how to get the run's own."""
+    given = [o for o in overrides if override_key(o) in ("model.name_or_path", "agent.path")]
+    value = _value_of(given[-1]) if given else None
+    if not isinstance(value, str):
+        return
+    path = Path(value).expanduser()
+    for root in (path, path.parent):
+        try:
+            run = load_train_run(root, "")
+        except RunDirError:
+            continue
+        log.warning(
+            "%s is a model of training run %s; this eval uses the command's settings, labelled as the "
+            "base agent. To evaluate it with the run's own settings: agentrl eval from_run=%s",
+            value,
+            run.root,
+            path,
+        )
+        return
 
 
 # ---------------------------------------------------------------------------------------------
 # launching through Hydra
 # ---------------------------------------------------------------------------------------------
 _RESULTS: list[tuple[Path, dict[str, Any]]] = []
+_LOCK: RunLock | None = None  # the directory launch() chose and locked for the job Hydra runs now
 
 
-def launch(task: str, overrides: list[str], *, multirun: bool = False) -> list[tuple[Path, dict[str, Any]]]:
-    """Check every job's config, then hand the command line to Hydra. Returns (run_dir, metrics)
-    for the jobs that ran in this process (the basic launcher); multirun callers read the sweep dir."""
-    overrides = [f"task={task}", *overrides]
-    jobs = split_sweep(overrides) if multirun else [overrides]
-    for job in jobs:
-        check_job(job)
+def launch(
+    task: str,
+    overrides: list[str],
+    *,
+    multirun: bool = False,
+    resume: str | Path | None = None,
+) -> list[tuple[Path, dict[str, Any]]]:
+    """Check every job's config, choose and lock a single run's directory, then hand the command line
+    to Hydra. `resume` (or a `resume=<dir>` override) continues a training run in its own directory.
+    Returns (run_dir, metrics) for the jobs that ran in this process (the basic launcher); multirun
+    callers read the sweep dir. A complete run asked for no more training returns [] untouched."""
+    global _LOCK
+    overrides = list(overrides)
+    if task == "train" and not multirun:
+        for item in [o for o in overrides if override_key(o) == "resume"]:
+            overrides.remove(item)
+            value = _value_of(item)
+            if value is not None and str(value) not in ("", "null"):
+                resume = str(value)
+    if task == "eval":
+        overrides = _eval_overrides(overrides)
+    lock: RunLock | None = None
+    if resume is not None:
+        run = load_train_run(Path(resume), "cannot resume")
+        overrides = [f"task={task}", *resume_overrides(run, overrides)]
+        cfg = check_job(overrides)
+        if cfg.algo.name != run.algo:
+            raise RunDirError(
+                f"cannot resume {run.root}: it trained algo={run.algo}, not algo={cfg.algo.name}"
+            )
+        if is_complete(run.root) and not _asks_for_more(cfg, run):
+            _say_complete(run)
+            return []
+        lock = claim(run.root, resume=True)
+    else:
+        overrides = [f"task={task}", *overrides]
+        for job in split_sweep(overrides) if multirun else [overrides]:
+            check_job(job)
+        if not multirun:
+            lock = _claim_new(overrides)
+    if lock is not None:
+        overrides = [o for o in overrides if override_key(o) != "hydra.run.dir"]
+        overrides.append(f"hydra.run.dir={quote(lock.path)}")
     _RESULTS.clear()
     argv = sys.argv
     sys.argv = ["agentrl", *(["--multirun"] if multirun else []), *overrides]
+    _LOCK = lock
     try:
         _hydra_main()
     finally:
         sys.argv = argv
+        _LOCK = None
+        if lock is not None:
+            lock.release()
     return list(_RESULTS)
+
+
+def _asks_for_more(cfg: DictConfig, run: SavedRun) -> bool:
+    key = BUDGET_KEYS.get(str(run.algo), DEFAULT_BUDGET_KEY)
+    asked, done = cfg.algo.get(key), run.config.algo.get(key)
+    return asked is not None and done is not None and int(asked) > int(done)
+
+
+def _say_complete(run: SavedRun) -> None:
+    from agentrl.console import console
+
+    key = BUDGET_KEYS.get(str(run.algo), DEFAULT_BUDGET_KEY)
+    done = run.config.algo.get(key)
+    console.print(
+        f"run {run.root} is complete (algo.{key}={done}); nothing changed. To train further pass a larger "
+        f"algo.{key}; to evaluate it again: agentrl eval from_run={run.root}",
+        markup=False,
+        highlight=False,
+    )
+
+
+def planned_run_dir(overrides: list[str]) -> Path | None:
+    """The directory `hydra.run.dir` names for these overrides (None if it cannot be resolved before
+    Hydra runs, e.g. a pattern that reads Hydra's job state: then the job locks it itself)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        return Path(os.path.abspath(str(OmegaConf.select(cfg, "hydra.run.dir"))))
+    except Exception as exc:  # noqa: BLE001 - the job falls back to locking what Hydra chose
+        log.debug("run directory not known before launch: %s", exc)
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _claim_new(overrides: list[str], attempts: int = 5) -> RunLock | None:
+    """Lock a fresh directory for a new run. A name of the default pattern that is taken (or in use) is
+    drawn again; a directory named with hydra.run.dir is refused instead."""
+    named = any(override_key(o) == "hydra.run.dir" for o in overrides)
+    for attempt in range(attempts):
+        path = planned_run_dir(overrides)
+        if path is None:
+            return None
+        try:
+            return claim(path)
+        except RunDirError:
+            if named or attempt == attempts - 1:
+                raise
+            log.debug("run directory %s is taken: drawing another name", path)
+    return None
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> None:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
+    held = _LOCK if _LOCK is not None and _LOCK.path == run_dir else None
     try:
-        metrics = run_job(cfg, run_dir)
-    except AgentRLError as exc:
-        # Hydra would print a traceback; a user error is one line and a non-zero exit.
+        # a sweep's job directory: Hydra has written .hydra/ already, so only a status or result counts
+        lock = held or claim(run_dir, markers=(STATUS_FILE, "eval.json"))
+    except RunDirError as exc:
         log.error("%s", exc)
         raise SystemExit(exc.exit_code) from exc
+    resume = held is not None and held.resume
+    try:
+        start_status(run_dir, str(cfg.task), resume=resume)
+        try:
+            metrics = run_job(cfg, run_dir, resume=resume)
+        except BaseException as exc:
+            end_status(run_dir, exc)
+            if isinstance(exc, AgentRLError):
+                # Hydra would print a traceback; a user error is one line and a non-zero exit.
+                log.error("%s", exc)
+                raise SystemExit(exc.exit_code) from exc
+            raise
+        done = {"train_time_s": metrics["train_time_s"]} if "train_time_s" in metrics else {}
+        end_status(run_dir, None, **done)
+    finally:
+        if held is None:
+            lock.release()
     _RESULTS.append((run_dir, metrics))
 
 
-def run_job(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Run one composed job in `run_dir` (created by Hydra)."""
+def run_job(cfg: DictConfig, run_dir: Path, resume: bool = False) -> dict[str, Any]:
+    """Run one composed job in `run_dir` (created by Hydra); `resume`: a training job continues the
+    run already there."""
     from agentrl.console import console
 
     start = time.perf_counter()
     if cfg.task == "eval":
         metrics = run_eval(cfg, run_dir)
     elif cfg.task == "train":
-        metrics = run_train(cfg, run_dir)
+        metrics = run_train(cfg, run_dir, resume=resume)
     else:
         raise ConfigError(f"unknown task {cfg.task!r}; valid choices: {', '.join(TASKS)}")
     log.info("%s done in %.1f s", cfg.task, time.perf_counter() - start)
@@ -129,6 +379,18 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     from agentrl.envs import env_factory
     from agentrl.evaluation import eval_seeds, evaluate, write_eval
 
+    info = describe(cfg)
+    if cfg.get("from_run") is not None:
+        # the trained algo is the agent, and eval.json says which run and checkpoint it evaluated
+        trained = trained_model(cfg.from_run)
+        created = info.pop("created")
+        info.update(
+            agent=trained.run.algo,
+            algo=trained.run.algo,
+            from_run=str(trained.run.root),
+            checkpoint=trained.checkpoint,
+            created=created,
+        )
     make_env = env_factory(cfg.env)
     agent = build_agent(cfg)
     start = time.perf_counter()
@@ -145,33 +407,42 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         metrics,
         episodes,
         transcripts=cfg.eval.transcripts,
-        **describe(cfg),
+        **info,
         wall_time_s=round(time.perf_counter() - start, 3),
     )
-    print_metrics(f"{cfg.env.name} / {agent_label(cfg)}", metrics)
+    print_metrics(f"{cfg.env.name} / {info['agent']}", metrics)
     return metrics
 
 
-def run_train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Train, then write eval.json (the identifying fields, the trainer's extra fields, the final
-    evaluation's metrics), episodes.jsonl and transcripts.jsonl: the runner is their only writer."""
+def run_train(cfg: DictConfig, run_dir: Path, resume: bool | None = None) -> dict[str, Any]:
+    """Train (`resume`: continue the run in `run_dir`; None: when the config names one, for callers
+    that compose `resume=<dir>` themselves), then write eval.json (the identifying fields, the
+    trainer's extra fields, the final evaluation's metrics), episodes.jsonl and transcripts.jsonl: the
+    runner is their only writer."""
     import importlib
 
     from agentrl.evaluation import write_eval
 
     module, _, fn = TRAINERS[cfg.algo.name].partition(":")
     train = getattr(importlib.import_module(module), fn)
-    result = train(cfg, run_dir, resume=cfg.get("resume") is not None)
+    if resume is None:
+        resume = cfg.get("resume") is not None
+    result = train(cfg, run_dir, resume=resume)
+    extra = dict(result.extra)
+    if resume and "train_time_s" in extra:
+        # A trainer times the part it ran (or, DQN, since its checkpoint); metrics.jsonl's time_s runs on
+        # across parts, so the larger of the two is the training time of the whole run.
+        extra["train_time_s"] = round(max(float(extra["train_time_s"]), last_metrics_time(run_dir)), 3)
     write_eval(
         run_dir,
         result.metrics,
         result.episodes,
         transcripts=cfg.eval.transcripts,
         **describe(cfg),
-        **result.extra,
+        **extra,
     )
     print_metrics(f"{cfg.env.name} / {cfg.algo.name}", result.metrics)
-    return {**result.metrics, **result.extra}
+    return {**result.metrics, **extra}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -347,6 +350,90 @@ def test_openai_backend_errors_are_backend_errors(chat_server):
         unreachable.generate_chat([CONVERSATION], SamplingConfig())
     with pytest.raises(BackendError):
         backend.generate([[1, 2]], SamplingConfig())
+
+
+@pytest.fixture
+def silent_server():
+    """The base URL of a TCP server that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(32)
+    yield f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+    server.close()
+
+
+def test_openai_timeouts_are_retried_logged_and_bounded(silent_server, caplog):
+    overrides = [
+        "model=openai",
+        f"model.base_url={silent_server}",
+        "model.timeout=0.5",
+        "model.max_retries=1",
+    ]
+    backend = build_backend(compose_config(overrides).model)
+    assert backend.timeout == 0.5 and backend.retries == 1
+    start = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="agentrl.agents.backends"):
+        with pytest.raises(BackendError) as raised:
+            backend.generate_chat([CONVERSATION] * 3, SamplingConfig())
+    elapsed = time.perf_counter() - start
+    assert 1.0 <= elapsed < 3.0  # two 0.5 s attempts and one 0.5 s wait, the 3 requests side by side
+    message = str(raised.value)
+    url = f"{silent_server}/chat/completions"
+    assert "\n" not in message
+    assert f"request to {url} failed after 2 attempts: no answer within model.timeout=0.5 s" in message
+    retries = [r.getMessage() for r in caplog.records if r.name == "agentrl.agents.backends"]
+    assert retries == [f"openai backend: {url}: no answer within model.timeout=0.5 s; retry 1 of 1 in 0.5 s"]
+
+
+def test_openai_refused_connection_and_server_errors(chat_server, caplog):
+    backend = OpenAIBackend("http://127.0.0.1:9/v1", "m", api_key_env=None, retries=2, timeout=2)
+    start = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="agentrl.agents.backends"):
+        with pytest.raises(BackendError, match=r"127\.0\.0\.1:9/v1/chat/completions failed after 3 attempts"):
+            backend.generate_chat([CONVERSATION], SamplingConfig())
+    assert time.perf_counter() - start < 3.0  # waits of 0.5 and 1 s, no wait after the last attempt
+    assert [r.getMessage().rsplit("; ", 1)[1] for r in caplog.records] == [
+        "retry 1 of 2 in 0.5 s",
+        "retry 2 of 2 in 1.0 s",
+    ]
+    # HTTP 503 is retried, HTTP 400 is not
+    chat_server.fail_with = 503
+    with pytest.raises(BackendError, match="failed after 2 attempts: HTTP 503"):
+        OpenAIBackend(chat_server.url, "tiny", api_key_env=None, retries=1).generate_chat(
+            [CONVERSATION], SamplingConfig()
+        )
+    assert len(chat_server.requests) == 2
+    chat_server.fail_with = 400
+    with pytest.raises(BackendError, match="HTTP 400"):
+        OpenAIBackend(chat_server.url, "tiny", api_key_env=None, retries=3).generate_chat(
+            [CONVERSATION], SamplingConfig()
+        )
+    assert len(chat_server.requests) == 3
+
+
+@pytest.mark.parametrize(
+    "url", ["notaurl", "ftp://host/v1", "http:///v1", "http://host:port/v1", "localhost:8000"]
+)
+def test_openai_base_url_is_checked_when_composing(url):
+    with pytest.raises(
+        ConfigError, match=rf"^model\.base_url={re.escape(url)}: must be an http\(s\) URL with a host"
+    ):
+        compose_config(["model=openai", f"model.base_url={url}"])
+    compose_config([f"model.base_url={url}"])  # unused by the hf backend: not checked
+    assert (
+        compose_config(["model=openai", "model.base_url=https://api.example.com/v1"]).model.max_retries == 2
+    )
+
+
+def test_bad_base_url_on_the_command_line_is_one_line_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from agentrl.cli import app
+
+    result = CliRunner().invoke(app, ["eval", "model=openai", "model.base_url=notaurl"])
+    assert result.exit_code == 2 and result.output.strip().count("\n") == 0
+    assert "model.base_url=notaurl: must be an http(s) URL" in result.output
+    assert not (tmp_path / "outputs").exists()
 
 
 # ---- construction ----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -52,6 +53,9 @@ def test_eval_default_run_dir_name(tmp_path):
     assert result.exit_code == 0, result.output
     (found,) = list((tmp_path / "outputs").glob("*/*_eval_snake"))
     assert json.loads((found / "eval.json").read_text())["seed"] == 3
+    # <HH-MM-SS.mmm>-<random id>_<task>_<env>: two commands in one second get two directories
+    assert re.fullmatch(r"\d\d-\d\d-\d\d\.\d{3}-[0-9a-f]{4}_eval_snake", found.name), found.name
+    assert json.loads((found / "status.json").read_text())["status"] == "complete"
 
 
 def test_eval_is_deterministic(tmp_path):
@@ -167,13 +171,16 @@ def test_train_dqn_resume_and_report(tmp_path):
     ]
     result = invoke("train", "algo=dqn", *common, f"hydra.run.dir={run}")
     assert result.exit_code == 0, result.output
-    assert json.loads((run / "eval.json").read_text())["algo"] == "dqn"
+    first = json.loads((run / "eval.json").read_text())
+    assert first["algo"] == "dqn"
     assert (run / "checkpoint-3000.zip").is_file()
     # resume a finished run with a larger budget: it continues from the newest checkpoint
     result = invoke("train", f"resume={run}", "algo.total_timesteps=4000")
     assert result.exit_code == 0, result.output
     steps = [json.loads(x)["iteration"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] == 4000
+    resumed = json.loads((run / "eval.json").read_text())
+    assert resumed["total_timesteps"] == 4000 and resumed["train_time_s"] >= first["train_time_s"]
     result = invoke("report", str(run), "--out", str(tmp_path / "rep"))
     assert result.exit_code == 0, result.output
     assert (tmp_path / "rep" / "report.md").is_file() and "dqn" in result.output

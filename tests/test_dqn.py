@@ -18,7 +18,7 @@ from agentrl.config import compose_config
 from agentrl.envs import env_factory, make_env
 from agentrl.errors import ConfigError, RunDirError
 from agentrl.evaluation import eval_seeds, evaluate
-from agentrl.runlog import list_checkpoints
+from agentrl.runlog import checkpoint_problem, list_checkpoints
 from agentrl.trainers.dqn import train_dqn
 from agentrl.types import StepContext
 
@@ -76,6 +76,7 @@ def test_short_run_writes_eval_checkpoints_and_resumes(tmp_path):
     assert not list(run_dir.glob(".tmp-*"))  # every atomic write was renamed into place
     assert len((run_dir / "episodes.jsonl").read_text().splitlines()) == 10
     assert [s for s, _ in list_checkpoints(run_dir)] == [1000, 2000]
+    assert all(checkpoint_problem(path) is None for _, path in list_checkpoints(run_dir))  # manifests
     assert (run_dir / "checkpoint-2000.replay.pkl").is_file()
     assert not (run_dir / "checkpoint-1000.replay.pkl").exists()  # only the newest buffer is kept
     assert (run_dir / "final" / "model.zip").is_file()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -68,3 +69,40 @@ def test_evaluate_and_write_eval(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "transcripts.jsonl").read_text().splitlines()]
     assert rows[0]["prompt"] == "PROMPT" and rows[0]["completion"] == "<action>left</action>"
     assert len(rows) == sum(e.length for e in episodes)
+
+
+class _RecordingBar:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, float | None]] = []
+
+    def advance(self, line: str = "", n: int = 1, eta_s: float | None = None) -> None:
+        self.calls.append(("advance", line, eta_s))
+
+    def update(self, line: str, eta_s: float | None = None) -> None:
+        self.calls.append(("update", line, eta_s))
+
+
+def test_rollout_reports_every_lockstep_step_with_a_time_bound():
+    """A lockstep eval refreshes its line (steps, steps/s) after every step, not only as episodes end,
+    with an upper bound on the time left from the env's step cap."""
+    make_env = env_factory({"name": "frozenlake", "max_steps": 8})
+    bar = _RecordingBar()
+    episodes = rollout(make_env, RandomAgent(), [1, 2, 3], progress=bar)
+    updates = [c for c in bar.calls if c[0] == "update"]
+    advances = [c for c in bar.calls if c[0] == "advance"]
+    assert len(advances) == 3 and len(updates) == max(e.length for e in episodes)
+    assert re.match(r"episodes \d steps 3 steps/s ", updates[0][1])  # 3 episodes, one step each
+    assert advances[-1][1].startswith(f"episodes 3 steps {sum(e.length for e in episodes)} steps/s ")
+    assert all(eta is not None and eta >= 0 for _, _, eta in bar.calls)
+    assert updates[-1][2] == 0.0  # nothing left to play after the last step
+
+
+def test_rollout_time_bound_counts_the_episodes_not_started():
+    from agentrl.rollout import RolloutStats
+
+    stats = RolloutStats(total=4)
+    stats.cap, stats.steps, stats.episodes, stats.running, stats.running_steps_left = 8, 10, 1, 1, 5
+    # 10 steps in 5 s: 2 steps/s; left at most 5 (running) + 2 * 8 (not started) = 21 steps
+    assert stats.seconds_left_bound(5.0) == pytest.approx(10.5)
+    stats.cap = None
+    assert stats.seconds_left_bound(5.0) is None

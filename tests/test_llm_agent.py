@@ -13,8 +13,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrl.agents.backends import Backend, HFBackend, SamplingConfig
-from agentrl.agents.llm import LLMAgent, TextInterface, build_llm_agent, format_prompt_preview
+from agentrl.agents.llm import (
+    AUTO_PREFILL,
+    LLMAgent,
+    ResolvedInterface,
+    TextInterface,
+    build_llm_agent,
+    describe_interface,
+    env_action_names,
+    format_prompt_preview,
+    resolve_interface,
+    single_token_after,
+)
 from agentrl.config import compose_config
+from agentrl.envs import make_env
 from agentrl.envs.base import TextEnv
 from agentrl.errors import ConfigError, UnknownChoiceError
 from agentrl.models import load_model
@@ -300,8 +312,90 @@ def test_build_llm_agent_from_config(tiny):
     assert agent.interface.cot and agent.interface.history == 3 and agent.interface.invalid_rule == "random"
     assert agent.sampling.max_new_tokens == 256 and not agent.sampling.do_sample  # cot default budget
     assert agent.effective_sampling().stop == ("</action>",)
-    plain = build_llm_agent(_cfg(), backend=agent.backend)
-    assert plain.backend is agent.backend and plain.sampling.max_new_tokens == 32
+    plain = build_llm_agent(_cfg("agent.prefill=''"), backend=agent.backend)
+    assert plain.backend is agent.backend and plain.sampling.max_new_tokens == 32  # free-text default
+
+
+# ---- prefill: auto ---------------------------------------------------------------------------------
+def test_auto_interface_gives_frozenlake_one_token_answers_after_the_prefill(tiny):
+    """tiny-random has SmolLM2's tokenizer, in which left/down/right/up are one token after "Move:"."""
+    model, tokenizer = tiny
+    cfg = _cfg("env=frozenlake")
+    assert cfg.agent.prefill == "auto" and cfg.agent.sampling.max_new_tokens is None  # the shipped default
+    resolved = resolve_interface(cfg.agent, ["left", "down", "right", "up"], tokenizer)
+    assert resolved == ResolvedInterface(AUTO_PREFILL, 1, resolved.reason) and resolved.one_token
+    agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
+    assert agent.interface.prefill == AUTO_PREFILL and agent.sampling.max_new_tokens == 1
+    text = format_prompt_preview(cfg)
+    assert text.endswith("<|im_start|>assistant\n" + AUTO_PREFILL)
+    assert describe_interface(cfg, tokenizer).startswith(
+        f"LLM interface: prefill {AUTO_PREFILL!r}, one-token"
+    )
+    # one real step: one generated token, parsed together with the prefill
+    episode = rollout(lambda: Corridor(), agent, [0])[0]
+    assert all(len(step.generation.completion_ids) == 1 for step in episode.steps)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "prefill", "max_new_tokens", "reason"),
+    [
+        (["agent.cot=true"], "", None, "chain-of-thought"),
+        (["agent.prefill='I move'"], "I move", None, "set by agent.prefill"),  # explicit prefill wins
+        (["agent.prefill=''"], "", None, "set by agent.prefill"),
+        (["agent.sampling.max_new_tokens=8"], "", 8, "max_new_tokens is set"),
+        (["agent.lenient=false"], "", None, "lenient"),
+        (["env=tictactoe"], "", None, "not one token"),  # " 1" is two tokens in SmolLM2's vocabulary
+    ],
+)
+def test_auto_interface_keeps_free_text_when_one_token_answers_do_not_fit(
+    tiny, overrides, prefill, max_new_tokens, reason
+):
+    _, tokenizer = tiny
+    cfg = _cfg(*overrides)
+    names = (
+        [str(i) for i in range(1, 10)] if "env=tictactoe" in overrides else ["left", "down", "right", "up"]
+    )
+    resolved = resolve_interface(cfg.agent, names, tokenizer)
+    assert (resolved.prefill, resolved.max_new_tokens) == (prefill, max_new_tokens)
+    assert reason in resolved.reason and not resolved.one_token
+
+
+def test_auto_interface_checks_the_action_names_of_every_probe_reset(tiny):
+    """The bandit draws its button colours per seed; some are several tokens ("magenta"), so one-token
+    answers would be invalid in those episodes: auto keeps free text although the names at
+    construction are all single tokens."""
+    _, tokenizer = tiny
+    cfg = _cfg("env=bandit")
+    names = env_action_names(cfg)
+    assert len(names) > cfg.env.arms  # more names over the resets than one env shows
+    first = make_env("bandit").action_names
+    assert all(single_token_after(tokenizer, AUTO_PREFILL, name) for name in first)
+    resolved = resolve_interface(cfg.agent, names, tokenizer)
+    assert resolved.prefill == "" and not resolved.one_token and "not one token" in resolved.reason
+
+
+def test_auto_interface_without_a_tokenizer_is_free_text():
+    resolved = resolve_interface(_cfg().agent, ["left", "right"], None)
+    assert resolved.prefill == "" and resolved.max_new_tokens is None
+
+
+def test_cot_never_gets_one_token_answers(tiny):
+    model, tokenizer = tiny
+    agent = build_llm_agent(_cfg("agent.cot=true"), model=model, tokenizer=tokenizer)
+    assert agent.interface.prefill == "" and agent.sampling.max_new_tokens == 256
+
+
+def test_frozenlake_learn_preset_keeps_its_interface(tiny):
+    model, tokenizer = tiny
+    agent = build_llm_agent(_cfg("experiment=frozenlake_learn"), model=model, tokenizer=tokenizer)
+    assert agent.interface.prefill == "I move" and agent.sampling.max_new_tokens == 1
+
+
+def test_single_token_after(tiny):
+    _, tokenizer = tiny
+    assert single_token_after(tokenizer, "I move", "left")
+    assert single_token_after(tokenizer, "<action>", "left")  # no space after a tag
+    assert not single_token_after(tokenizer, "I move", "leftwards and onwards")
 
 
 def test_format_prompt_preview(tiny):

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -151,3 +158,109 @@ def test_embedded_model_conversion_matches_gguf(tmp_path):
     before = os.stat(tmp_path / "models" / "smollm2-135m" / "model.safetensors").st_mtime
     load_model(cfg, device="cpu")
     assert os.stat(tmp_path / "models" / "smollm2-135m" / "model.safetensors").st_mtime == before
+
+
+# ---- where weights come from: fast, one-line errors ---------------------------------------------------
+@pytest.fixture
+def no_hub_memo(monkeypatch):
+    """Online by default and nothing remembered about the hub from earlier tests."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(models, "_HUB_SOURCES", {})
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # read once, when huggingface_hub is imported
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_looks_local():
+    for path in ("/abs/model", "./rel", "../up", "~/models/x", "outputs/2026-01-01/run/final", "a b/c"):
+        assert models.looks_local(path), path
+    for hub_id in ("gpt2", "Qwen/Qwen2.5-3B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"):
+        assert not models.looks_local(hub_id), hub_id
+
+
+@pytest.mark.parametrize(
+    "path", ["./no/such/dir", "~/no-such-agentrl-model", "runs/a/final", "/no/such/model"]
+)
+def test_missing_local_path_is_a_fast_one_line_error(path, no_hub_memo, monkeypatch):
+    monkeypatch.setattr(models, "_probe_hub", lambda *a: pytest.fail("a local path went to the hub"))
+    start = time.perf_counter()
+    with pytest.raises(ModelLoadError) as raised:
+        load_model({"name_or_path": path})
+    assert time.perf_counter() - start < 2.0
+    assert str(raised.value) == f"model.name_or_path={path}: no such directory"
+
+
+def test_offline_hub_miss_fails_at_once(no_hub_memo, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(models, "_probe_hub", lambda *a: pytest.fail("offline, yet the hub was probed"))
+    start = time.perf_counter()
+    with pytest.raises(ModelLoadError) as raised:
+        load_model({"name_or_path": "agentrl-test/NoSuchModel-1B"})
+    assert time.perf_counter() - start < 2.0
+    assert str(raised.value) == (
+        "model agentrl-test/NoSuchModel-1B is not in the local Hugging Face cache and the hub cannot be "
+        "reached (HF_HUB_OFFLINE=1); download it first (hf download agentrl-test/NoSuchModel-1B) or pass "
+        "a local directory"
+    )
+
+
+def test_unreachable_hub_fails_in_seconds_without_warnings(no_hub_memo, monkeypatch, caplog):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # a closed port: connection refused
+    start = time.perf_counter()
+    with caplog.at_level(logging.DEBUG), pytest.raises(ModelLoadError) as raised:
+        load_model({"name_or_path": "agentrl-test/NoSuchModel-1B"})
+    assert time.perf_counter() - start < 10.0
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith(
+        "model agentrl-test/NoSuchModel-1B is not in the local Hugging Face cache and the hub cannot be "
+        "reached (http://127.0.0.1:9: "
+    )
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+def test_cached_hub_model_loads_from_the_cache_when_the_hub_is_unreachable(tmp_path):
+    """A fake Hugging Face cache holds the tiny model as `agentrl-test/tiny`; the "hub" is a local server
+    that drops every connection and counts them. In a fresh process, since huggingface_hub reads
+    HF_HUB_CACHE and HF_ENDPOINT when it is imported."""
+    repo = tmp_path / "hub" / "models--agentrl-test--tiny"
+    shutil.copytree(ensure_tiny_random(), repo / "snapshots" / ("0" * 40))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    connections = []
+
+    def drop_all() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            connections.append(1)
+            conn.close()
+
+    threading.Thread(target=drop_all, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(
+        HF_HUB_CACHE=str(tmp_path / "hub"),
+        HF_ENDPOINT=f"http://127.0.0.1:{server.getsockname()[1]}",
+        OMP_NUM_THREADS="1",
+    )
+    code = (
+        "from agentrl.models import load_model\n"
+        "model, tok = load_model({'name_or_path': 'agentrl-test/tiny'}, device='cpu')\n"
+        "print(type(model).__name__, model.name_or_path)\n"
+    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
+    finally:
+        server.close()
+    assert result.returncode == 0, result.stderr
+    name, path = result.stdout.split()
+    assert name == "LlamaForCausalLM" and path == str(repo / "snapshots" / ("0" * 40))
+    # huggingface_hub's own client-registry fetch and our probe; retries would add 5 per file asked for
+    assert 1 <= len(connections) <= 3, len(connections)

@@ -11,7 +11,7 @@ import torch
 
 from agentrl.config import compose_config, typed
 from agentrl.envs.base import TextEnv
-from agentrl.runlog import newest_checkpoint
+from agentrl.runlog import checkpoint_problem, newest_checkpoint
 from agentrl.trainers.multistep import (
     MultiStepTrainer,
     grpo_config,
@@ -20,6 +20,7 @@ from agentrl.trainers.multistep import (
     train_llm,
     training_seed,
 )
+from agentrl.trainers.signals import TrainingInterrupted
 from agentrl.types import StepSample
 
 
@@ -222,6 +223,7 @@ def test_train_two_iterations_with_tiny_random(tmp_path, monkeypatch):
     assert any(r["samples"] > 0 and r["grad_norm"] > 0 for r in rows_)
     assert [p.name for p in tmp_path.glob("checkpoint-*")] == ["checkpoint-1"]  # final iteration -> final/
     assert (tmp_path / "checkpoint-1" / "optimizer.pt").is_file()
+    assert json.loads((tmp_path / "checkpoint-1" / "manifest.json").read_text())["optimizer"] is True
     assert (tmp_path / "final" / "config.json").is_file()
     assert not (tmp_path / "eval.json").exists()  # the runner writes eval.json from the result
     assert result.extra["iterations"] == 2 and "before" in result.extra
@@ -473,9 +475,11 @@ def test_ctrl_c_saves_a_checkpoint_then_resume_continues(tmp_path, monkeypatch):
         "algo.save_final=false",
         "agent.invalid_rule=random",
     ]
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(TrainingInterrupted) as caught:  # the CLI exits 130, as for a Ctrl-C
         train_llm(make_cfg("algo.iterations=5", *overrides), tmp_path)
+    assert caught.value.exit_code == 130 and "after iteration 2: checkpoint-2 is saved" in str(caught.value)
     assert newest_checkpoint(tmp_path).name == "checkpoint-2"
+    assert checkpoint_problem(tmp_path / "checkpoint-2") is None  # with its manifest
     monkeypatch.setattr(agentrl.rollout, "rollout", real_rollout)
     train_llm(make_cfg("algo.iterations=3", *overrides), tmp_path, resume=True)
     assert [r["iteration"] for r in metrics_rows(tmp_path)] == [1, 2, 3]

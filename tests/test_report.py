@@ -272,3 +272,393 @@ def test_report_on_a_real_dqn_run(tmp_path, monkeypatch):
     assert [row["iteration"] for row in run.curve] == [200, 400, 600]
     assert "algo.total_timesteps=600" in run.overrides
     assert {p.name for p in report.plots} == {"curves_frozenlake.png", "final_eval.png"}
+
+
+# ---------------------------------------------------------------------------------------------
+# plots, grouping and status: synthetic training runs
+# ---------------------------------------------------------------------------------------------
+def _msgrpo_run(
+    run_dir: Path,
+    seed: int,
+    overrides: list[str],
+    iterations: int = 20,
+    final: float = 0.75,
+    status: dict | None = None,
+    with_eval: bool = True,
+) -> Path:
+    curve = []
+    for i in range(1, iterations + 1):
+        row = {"iteration": i, "time_s": 20.0 * i, "loss": 0.5, "train/success_rate": i / iterations * final}
+        row["train/mean_return"] = 2 * row["train/success_rate"] - 1
+        if i % 5 == 0 and i < iterations:
+            row["eval/success_rate"], row["eval/mean_return"] = i / iterations * final, 0.1 * i
+        curve.append(row)
+    eval_data = _eval(
+        final,
+        2 * final - 1,
+        iterations=iterations,
+        train_time_s=20.0 * iterations,
+        before={"success_rate": 0.05, "mean_return": -0.9},
+    )
+    run = make_run(
+        run_dir,
+        _config("train", "frozenlake", "llm", seed, algo="msgrpo"),
+        ["task=train", "algo=msgrpo", f"seed={seed}", *overrides],
+        eval_data if with_eval else None,
+        curve,
+    )
+    if status is not None:
+        (run / "status.json").write_text(json.dumps(status))
+    return run
+
+
+def _dqn_run(run_dir: Path, seed: int) -> Path:
+    curve = [
+        {
+            "iteration": s,
+            "time_s": s / 1000,
+            "loss": 0.1,
+            "success_rate": s / 100000,
+            "mean_return": s / 50000 - 1,
+        }
+        for s in range(5000, 100001, 5000)
+    ]
+    return make_run(
+        run_dir,
+        _config("train", "frozenlake", "random", seed, algo="dqn"),
+        ["task=train", "algo=dqn", f"seed={seed}"],
+        _eval(0.9, 0.8, total_timesteps=100000, train_time_s=100.0),
+        curve,
+    )
+
+
+def _twelve_groups(root: Path) -> Path:
+    """12 runs, each its own group, with long variants and bookkeeping keys."""
+    for k in range(12):
+        _msgrpo_run(
+            root / f"run{k:02d}",
+            0,
+            [
+                f"algo.learning_rate={k + 1}e-6",
+                f"algo.group_size={8 * (k % 3 + 1)}",
+                "algo.aaw.enabled=false" if k % 2 else "algo.aaw.fraction=0.5",
+                "resume=/somewhere/else",
+                "hydra.run.dir=/somewhere/else",
+            ],
+            final=(k + 1) / 12,
+        )
+    return root
+
+
+def _load(root: Path) -> list:
+    from agentrl.report import load_run
+
+    return [load_run(d) for d in find_runs([root])]
+
+
+def _drawn(fig):
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def _visible_texts(fig, renderer) -> list:
+    """Every drawn tick label (ticks inside the view only), axis label and title of the figure."""
+    texts = []
+    for ax in fig.axes:
+        for axis, (lo, hi) in ((ax.xaxis, sorted(ax.get_xlim())), (ax.yaxis, sorted(ax.get_ylim()))):
+            for tick, loc in zip(axis.get_major_ticks(), axis.get_majorticklocs(), strict=False):
+                if tick.label1.get_visible() and tick.label1.get_text() and lo <= loc <= hi:
+                    texts.append(tick.label1)
+            if axis.label.get_text():
+                texts.append(axis.label)
+        if ax.title.get_text():
+            texts.append(ax.title)
+    return texts
+
+
+def _assert_no_overlap(fig) -> None:
+    renderer = _drawn(fig)
+    figure_box = fig.bbox
+    texts = _visible_texts(fig, renderer)
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    for i, a in enumerate(boxes):
+        assert a.x0 >= figure_box.x0 - 1 and a.x1 <= figure_box.x1 + 1, f"{texts[i].get_text()!r} is cut off"
+        assert a.y0 >= figure_box.y0 - 1 and a.y1 <= figure_box.y1 + 1, f"{texts[i].get_text()!r} is cut off"
+        for j in range(i + 1, len(boxes)):
+            assert not a.overlaps(boxes[j]), f"{texts[i].get_text()!r} overlaps {texts[j].get_text()!r}"
+
+
+def _assert_legend_outside(fig) -> None:
+    renderer = _drawn(fig)
+    assert fig.legends, "no figure legend"
+    for ax in fig.axes:
+        assert not ax.get_legend(), "a legend inside an axes"
+    for legend in fig.legends:
+        box = legend.get_window_extent(renderer)
+        for ax in fig.axes:
+            assert not box.overlaps(ax.get_window_extent(renderer)), "the legend covers a data area"
+
+
+def test_twelve_groups_no_label_overlaps_and_legend_outside(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from agentrl.report import figure_final_eval, figure_learning_curves, summarise_groups
+
+    runs = _load(_twelve_groups(tmp_path / "runs"))
+    groups = summarise_groups(runs)
+    assert len(groups) == 12
+    bars = figure_final_eval(groups)
+    curves = figure_learning_curves(runs, "frozenlake")
+    try:
+        _assert_no_overlap(bars)
+        _assert_no_overlap(curves)
+        _assert_legend_outside(bars)
+        _assert_legend_outside(curves)
+        names = [t.get_text() for t in bars.axes[0].get_yticklabels()]
+        assert len(names) == 12 and all("(1 seed)" in n for n in names)
+        assert "resume" not in " ".join(names) and "hydra" not in " ".join(names)
+        # no two legend entries look alike: colour, line style and marker differ somewhere
+        handles = [h for h in curves.legends[0].legend_handles if h.get_label().startswith("algo.")]
+        looks = {(tuple(h.get_color()), h.get_linestyle(), h.get_marker()) for h in handles}
+        assert len(handles) == 12 and len(looks) == 12
+    finally:
+        plt.close(bars)
+        plt.close(curves)
+
+
+@pytest.mark.parametrize("n_runs", [1, 4])
+def test_small_reports_no_label_overlaps(tmp_path, n_runs):
+    import matplotlib.pyplot as plt
+
+    from agentrl.report import figure_final_eval, figure_learning_curves, summarise_groups
+
+    for k in range(n_runs):
+        _msgrpo_run(tmp_path / f"run{k}", k % 2, [f"algo.learning_rate={k // 2 + 1}e-5"])
+    runs = _load(tmp_path)
+    for fig in (figure_final_eval(summarise_groups(runs)), figure_learning_curves(runs, "frozenlake")):
+        try:
+            _assert_no_overlap(fig)
+            _assert_legend_outside(fig)
+        finally:
+            plt.close(fig)
+
+
+def test_plot_styles_are_distinct():
+    from agentrl.report import plot_style
+
+    styles = [plot_style(i) for i in range(40)]
+    assert len({(s.colour, s.linestyle) for s in styles}) == 40
+    assert len({(s.colour, s.marker) for s in styles}) == 40
+    assert len({(s.colour, s.hatch) for s in styles}) == 40
+    assert not {s.marker for s in styles} & {"o", "*"}  # reserved for the before / final evals
+
+
+def test_dqn_and_llm_curves_are_on_different_axes(tmp_path):
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+
+    from agentrl.report import _style_keys, figure_learning_curves, style_map
+
+    for seed in (0, 1):
+        _dqn_run(tmp_path / f"dqn{seed}", seed)
+        _msgrpo_run(tmp_path / f"msgrpo{seed}", seed, [])
+    runs = _load(tmp_path)
+    styles = style_map(_style_keys(runs))
+    colour = {key[0]: to_rgba(style.colour) for key, style in styles.items()}
+    fig = figure_learning_curves(runs, "frozenlake", styles)
+    try:
+        families_per_axes = []
+        for ax in fig.axes:
+            found = {
+                name for name, c in colour.items() for line in ax.lines if to_rgba(line.get_color()) == c
+            }
+            families_per_axes.append(found)
+            assert len(found) <= 1, f"{ax.get_title()} / {ax.get_xlabel()}: {found} share an x-axis"
+            xmax = ax.get_xlim()[1]
+            if found == {"msgrpo"}:
+                assert xmax < 100  # iterations (or minutes), not squashed against 100k env steps
+        assert {"dqn"} in families_per_axes and {"msgrpo"} in families_per_axes
+        bottom = {ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()}
+        assert {"env steps", "iteration"} <= bottom and any("wall-clock" in x for x in bottom)
+    finally:
+        plt.close(fig)
+
+
+def test_greedy_eval_curve_marks_before_and_final(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from agentrl.report import figure_learning_curves
+
+    _msgrpo_run(tmp_path / "run", 0, [], iterations=20, final=0.75)
+    runs = _load(tmp_path)
+    fig = figure_learning_curves(runs, "frozenlake")
+    try:
+        eval_axes = [ax for ax in fig.axes if "greedy eval success" in ax.get_ylabel()]
+        assert len(eval_axes) == 1  # the iteration column carries the y label
+        ax = eval_axes[0]
+        curve = next(line for line in ax.lines if len(line.get_xdata()) > 2)
+        # before (x = 0), the periodic eval/ rows at 5, 10, 15, final at the last iteration
+        assert list(curve.get_xdata()) == [0, 5, 10, 15, 20]
+        assert list(curve.get_ydata()) == pytest.approx([0.05, 0.1875, 0.375, 0.5625, 0.75])
+        marks = {line.get_marker(): (line.get_xdata()[0], line.get_ydata()[0]) for line in ax.lines}
+        assert marks["o"] == (0, 0.05) and marks["*"] == (20, 0.75)
+    finally:
+        plt.close(fig)
+
+
+def test_variants_ignore_bookkeeping_overrides(tmp_path):
+    from agentrl.report import BOOKKEEPING_KEYS, is_bookkeeping
+
+    _msgrpo_run(tmp_path / "a", 0, ["algo.learning_rate=1e-5", "algo.eval_every=5"])
+    _msgrpo_run(
+        tmp_path / "b",
+        1,
+        [
+            "algo.learning_rate=1e-5",
+            "resume=/runs/b",
+            "hydra.run.dir=/runs/b",
+            "hydra/launcher=joblib",
+            "+from_run=/runs/a",
+            "algo.time_limit_minutes=30",
+            "algo.torch_threads=2",
+            "algo.checkpoint_every=10",
+        ],
+    )
+    _msgrpo_run(tmp_path / "c", 2, ["algo.learning_rate=3e-5"])
+    report = build_report([tmp_path], out_dir=tmp_path / "rep")
+    variants = {g.variant: g for g in report.groups}
+    assert set(variants) == {"algo.learning_rate=1e-5", "algo.learning_rate=3e-5"}
+    assert variants["algo.learning_rate=1e-5"].seeds == 2
+    b = next(r for r in report.runs if r.path.name == "b")
+    assert "resume=/runs/b" in b.other_overrides and "hydra/launcher=joblib" in b.other_overrides
+    row = next(r for r in _csv(tmp_path / "rep" / "report.csv") if r["run"].endswith("b"))
+    assert row["overrides"] == "algo.learning_rate=1e-5" and "resume=/runs/b" in row["other_overrides"]
+    assert {"resume", "from_run", "algo.eval_every", "algo.torch_threads"} <= BOOKKEEPING_KEYS
+    assert not is_bookkeeping("algo.learning_rate=1e-5") and not is_bookkeeping("+experiment=x")
+
+
+def test_seeds_count_distinct_seeds(tmp_path):
+    # seed 0 twice (finals 0.25 and 0.75 -> 0.5 for that seed), seed 1 once (1.0)
+    for name, seed, final in (("a", 0, 0.25), ("b", 0, 0.75), ("c", 1, 1.0)):
+        _msgrpo_run(tmp_path / name, seed, [], final=final)
+    report = build_report([tmp_path], out_dir=tmp_path / "rep")
+    (group,) = report.groups
+    assert (group.seeds, len(group.runs)) == (2, 3)
+    assert group.success == pytest.approx((0.75, 0.25))  # over the 2 seeds, not the 3 runs
+    row = _csv(tmp_path / "rep" / "report_groups.csv")[0]
+    assert (row["seeds"], row["runs"]) == ("2", "3")
+    assert "| 2 (3 runs) | 0.750 ± 0.250 |" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_failed_and_interrupted_runs_are_separated(tmp_path):
+    _msgrpo_run(tmp_path / "ok0", 0, [], final=0.5)
+    _msgrpo_run(tmp_path / "ok1", 1, [], final=0.7)
+    # a failed run that still left an eval.json behind must not enter the mean
+    _msgrpo_run(tmp_path / "failed", 2, [], final=0.0, status={"status": "failed", "reason": "CUDA OOM"})
+    _msgrpo_run(
+        tmp_path / "stopped",
+        3,
+        [],
+        iterations=7,
+        final=0.0,
+        with_eval=False,
+        status={"status": "interrupted", "reason": "SIGTERM at iteration 7"},
+    )
+    _msgrpo_run(tmp_path / "live", 4, [], with_eval=False, status={"status": "running"})
+    _msgrpo_run(tmp_path / "done", 5, [], final=0.9, status={"status": "complete"})
+    console = Console(record=True, width=80)
+    report = build_report([tmp_path], out_dir=tmp_path / "rep", console=console)
+
+    statuses = {r.path.name: r.status for r in report.runs}
+    assert statuses == {
+        "ok0": "complete",
+        "ok1": "complete",
+        "done": "complete",
+        "failed": "failed",
+        "stopped": "interrupted",
+        "live": "running",
+    }
+    (group,) = report.groups
+    assert sorted(r.path.name for r in group.runs) == ["done", "ok0", "ok1"]
+    assert group.success[0] == pytest.approx(0.7)
+
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "6 runs: 3 complete, 1 failed, 1 interrupted, 1 running." in md
+    runs_section = md.split("## Runs")[1].split("## Failed and interrupted runs")[0]
+    stopped_section = md.split("## Failed and interrupted runs")[1].split("## Running")[0]
+    assert "rep" not in runs_section and "/failed" not in runs_section and "/stopped" not in runs_section
+    assert "| failed |" in stopped_section and "| CUDA OOM |" in stopped_section
+    assert (
+        "| interrupted |" in stopped_section
+        and "| 7 iterations | – | SIGTERM at iteration 7 |" in stopped_section
+    )
+    assert (
+        "/live" not in stopped_section and "/live" in md.split("## Running, incomplete and corrupt runs")[1]
+    )
+    printed = console.export_text()
+    assert "CUDA OOM" in printed and "interrupted" in printed
+
+    # the learning curves give the interrupted and failed runs their own legend entries
+    import matplotlib.pyplot as plt
+
+    from agentrl.report import figure_learning_curves
+
+    fig = figure_learning_curves(report.runs, "frozenlake")
+    try:
+        labels = [h.get_label() for h in fig.legends[0].legend_handles]
+        assert any("[interrupted]" in x for x in labels) and any("[failed]" in x for x in labels)
+        assert any("(3 seeds)" in x and "[" not in x for x in labels)
+    finally:
+        plt.close(fig)
+
+
+def test_tictactoe_outcome_shares_are_rates_not_losses(tmp_path):
+    """A real tic-tac-toe eval: the share of games lost is `loss_rate` in eval.json (as
+    `mean_loss_rate`), in the CSV and in report.md; nothing env-specific is called a loss."""
+    from agentrl.agents.baselines import RandomAgent
+    from agentrl.envs import make_env
+    from agentrl.evaluation import evaluate, write_eval
+    from agentrl.report import env_metric_name
+
+    run = make_run(tmp_path / "runs" / "ttt", _config("eval", "tictactoe", "random", 0), ["env=tictactoe"])
+    metrics, episodes = evaluate(lambda: make_env("tictactoe"), RandomAgent(), list(range(8)))
+    write_eval(run, metrics, episodes)
+    source = json.loads((run / "eval.json").read_text())
+    assert {"mean_win_rate", "mean_draw_rate", "mean_loss_rate", "mean_illegal_move_rate"} <= set(source)
+    assert not {"mean_loss", "mean_win"} & set(source)
+
+    report = build_report([tmp_path / "runs"], out_dir=tmp_path / "rep")
+    row = _csv(tmp_path / "rep" / "report.csv")[0]
+    assert float(row["loss_rate"]) == source["mean_loss_rate"]
+    assert float(row["win_rate"]) + float(row["draw_rate"]) + float(row["loss_rate"]) == pytest.approx(1.0)
+    assert not [c for c in row if "loss" in c and c != "loss_rate"]
+    (group,) = report.groups
+    assert group.env_metrics["loss_rate"][0] == pytest.approx(source["mean_loss_rate"])
+    assert (
+        "| group | draw_rate | illegal_move_rate | loss_rate | win_rate |"
+        in (tmp_path / "rep" / "report.md").read_text()
+    )
+    # eval.json files that name the outcome shares without `_rate` read the same
+    assert env_metric_name("mean_loss") == "loss_rate" and env_metric_name("mean_win") == "win_rate"
+    assert env_metric_name("mean_regret") == "mean_regret" and env_metric_name("mean_return") is None
+
+
+def test_printed_tables_fit_an_80_column_terminal(outputs, tmp_path):
+    console = Console(record=True, width=80)
+    build_report([outputs], out_dir=tmp_path / "rep", console=console)
+    printed = console.export_text()
+    lines = printed.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    # numbers stay whole, one group per row, and the per-run table stays in report.md
+    assert "0.250 ± 0.144" in printed and "0.625 ± 0.125" in printed
+    assert any(line.lstrip().startswith("msgrpo / qwen2.5-3b") for line in lines)
+    assert "Complete runs" not in printed and "report.md" in printed
+    assert "corrupt" in printed and "incomplete" in printed
+
+
+def test_printed_overrides_keep_their_brackets(tmp_path):
+    _msgrpo_run(tmp_path / "runs" / "a", 0, ["algo.net_arch=[32,32]", "+agent.stop=[bold]"])
+    console = Console(record=True, width=80)
+    build_report([tmp_path / "runs"], out_dir=tmp_path / "rep", console=console)
+    printed = console.export_text()
+    assert "algo.net_arch=[32,32]" in printed and "+agent.stop=[bold]" in printed

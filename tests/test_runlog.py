@@ -1,12 +1,24 @@
-"""metrics.jsonl resume semantics, atomic directories and JSON."""
+"""metrics.jsonl resume semantics, atomic directories, JSON, and checkpoint manifests."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import zipfile
 
 import pytest
 
-from agentrl.runlog import MetricsLog, atomic_dir, write_json
+from agentrl.runlog import (
+    MetricsLog,
+    atomic_dir,
+    checkpoint_problem,
+    manifest_path,
+    newest_valid_checkpoint,
+    prune_checkpoints,
+    write_json,
+    write_manifest,
+)
 
 
 def test_metrics_log_appends_and_resumes_without_duplicates(tmp_path):
@@ -60,3 +72,89 @@ def test_write_json_round_trips(tmp_path):
 
     write_json(tmp_path / "x.json", {"a": np.float32(0.5), "b": [1, 2]})
     assert json.loads((tmp_path / "x.json").read_text()) == {"a": 0.5, "b": [1, 2]}
+
+
+# ---- checkpoint manifests ------------------------------------------------------------------------------
+def _checkpoint_dir(root, step: int, payload: bytes = b""):
+    path = root / f"checkpoint-{step}"
+    path.mkdir()
+    (path / "model.bin").write_bytes(payload or os.urandom(3 << 20))
+    (path / "state.json").write_text(json.dumps({"step": step}))
+    return path
+
+
+def test_manifest_catches_truncation_changed_content_and_missing_files(tmp_path):
+    path = _checkpoint_dir(tmp_path, 1)
+    write_manifest(path, step=1)
+    assert manifest_path(path) == path / "manifest.json"
+    assert json.loads(manifest_path(path).read_text())["step"] == 1
+    assert checkpoint_problem(path) is None
+
+    model = path / "model.bin"
+    data = model.read_bytes()
+    model.write_bytes(data[: len(data) // 2])
+    assert "model.bin has" in checkpoint_problem(path)
+    model.write_bytes(bytes(len(data)))  # the right size, zero-filled
+    assert "model.bin does not match" in checkpoint_problem(path)
+    model.write_bytes(data)
+    (path / "state.json").unlink()
+    assert checkpoint_problem(path) == "state.json is missing"
+
+
+def test_zip_manifest_sits_beside_it_and_an_optional_file_may_go(tmp_path):
+    archive = tmp_path / "checkpoint-5.zip"
+    with zipfile.ZipFile(archive, "w") as out:
+        out.writestr("policy.pth", os.urandom(1000))
+    meta, replay = tmp_path / "checkpoint-5.json", tmp_path / "checkpoint-5.replay.pkl"
+    meta.write_text("{}")
+    replay.write_bytes(os.urandom(5000))
+    write_manifest(archive, (meta,), (replay,), step=5)
+    assert manifest_path(archive) == tmp_path / "checkpoint-5.manifest.json"
+    assert checkpoint_problem(archive) is None
+    replay.unlink()  # the next checkpoint deletes the older replay buffer
+    assert checkpoint_problem(archive) is None
+    meta.write_text("")
+    assert "checkpoint-5.json has 0 bytes" in checkpoint_problem(archive)
+
+
+def test_newest_valid_checkpoint_skips_damaged_ones_and_says_why(tmp_path, caplog):
+    for step in (1, 2, 3):
+        write_manifest(_checkpoint_dir(tmp_path, step), step=step)
+    (tmp_path / "checkpoint-3" / "model.bin").write_bytes(b"cut")
+    (tmp_path / "checkpoint-2" / "manifest.json").write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="agentrl.runlog"):
+        assert newest_valid_checkpoint(tmp_path) == tmp_path / "checkpoint-1"
+    assert "Skipping checkpoint-3: model.bin has 3 bytes" in caplog.text
+    assert "Skipping checkpoint-2: unreadable manifest" in caplog.text
+    assert newest_valid_checkpoint(tmp_path, kind="zip") is None  # only directories here
+
+
+def test_checkpoint_without_manifest_is_trusted_only_if_its_files_load(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    path = tmp_path / "checkpoint-1"
+    path.mkdir()
+    save_file({"w": torch.ones(64, 64)}, path / "model.safetensors")
+    torch.save({"state": torch.zeros(256)}, path / "optimizer.pt")
+    (path / "trainer_state.json").write_text('{"global_step": 1}')
+    assert checkpoint_problem(path) is None
+    for name in ("model.safetensors", "optimizer.pt", "trainer_state.json"):
+        whole = (path / name).read_bytes()
+        (path / name).write_bytes(whole[: len(whole) - 7])
+        assert checkpoint_problem(path).startswith(f"no manifest, and {name}"), name
+        (path / name).write_bytes(whole)
+    assert checkpoint_problem(path) is None
+
+
+def test_prune_keeps_the_checkpoint_just_saved_over_newer_leftovers(tmp_path):
+    for step in (1, 2, 5):
+        (tmp_path / f"checkpoint-{step}.zip").write_bytes(b"z")
+        (tmp_path / f"checkpoint-{step}.manifest.json").write_text("{}")
+    prune_checkpoints(tmp_path, keep=1, current=2)  # checkpoint-5: a damaged leftover of a killed run
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint-2.manifest.json",
+        "checkpoint-2.zip",
+        "checkpoint-5.manifest.json",
+        "checkpoint-5.zip",
+    ]

@@ -331,3 +331,13 @@ def test_room_counts_only_the_reachable_region():
     up, down, left, right = range(4)
     assert f[right] == 1.0 and f[16 + right] == 0.0
     assert f[16 + left] == pytest.approx(9 / 25)  # columns 0-1 without the head
+
+
+def test_instructions_state_the_tail_and_enemy_rules_the_game_applies():
+    text = make_env("snake").instructions
+    assert "A tail end that moves away in the same move is not in the way." in text
+    assert "avoiding moves that kill it at once when it can" in text and "reappears elsewhere" in text
+    env = make_env("snake")
+    layout(env, snake=[[5, 5], [5, 6], [6, 6], [6, 5]], apples=[[9, 0]])  # a 2x2 loop
+    assert env.step("down")[2] is False  # into the tail end, which moves away
+    assert "enemy" not in make_env("snake", opponent=False).instructions.lower()

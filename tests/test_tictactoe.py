@@ -55,7 +55,12 @@ def test_every_win_line_wins_for_the_agent(mark, line):
     assert info["success"] and info["outcome"] == "win" and not info["illegal_move"]
     assert winner(env.board) == mark and info["state"]["to_move"] == ""
     assert "You won." in obs and info["valid_actions"] == []
-    assert info["episode_metrics"] == {"win": 1.0, "draw": 0.0, "loss": 0.0, "illegal_move": 0.0}
+    assert info["episode_metrics"] == {
+        "win_rate": 1.0,
+        "draw_rate": 0.0,
+        "loss_rate": 0.0,
+        "illegal_move_rate": 0.0,
+    }
 
 
 @pytest.mark.parametrize("mark", ["X", "O"])
@@ -71,7 +76,7 @@ def test_every_win_line_loses_for_the_agent(mark, line):
     assert (reward, terminated) == (-1.0, True)
     assert not info["success"] and info["outcome"] == "loss"
     assert env.board[c] == other(mark) and winner(env.board) == other(mark)
-    assert info["episode_metrics"]["loss"] == 1.0 and not info["illegal_move"]
+    assert info["episode_metrics"]["loss_rate"] == 1.0 and not info["illegal_move"]
 
 
 def test_draw_detection():
@@ -80,7 +85,7 @@ def test_draw_detection():
     obs, reward, terminated, truncated, info = env.step("9")
     assert (reward, terminated, truncated) == (0.0, True, False)
     assert info["outcome"] == "draw" and not info["success"] and info["valid_actions"] == []
-    assert "draw" in obs and info["episode_metrics"]["draw"] == 1.0
+    assert "draw" in obs and info["episode_metrics"]["draw_rate"] == 1.0
 
 
 def test_draw_when_the_opponent_fills_the_board():
@@ -99,7 +104,12 @@ def test_illegal_move_is_a_loss_not_a_crash():
     _, reward, terminated, truncated, info = env.step(occupied)
     assert (reward, terminated, truncated) == (-1.0, True, False)
     assert info["illegal_move"] is True and not info["success"] and info["outcome"] == "loss"
-    assert info["episode_metrics"] == {"win": 0.0, "draw": 0.0, "loss": 1.0, "illegal_move": 1.0}
+    assert info["episode_metrics"] == {
+        "win_rate": 0.0,
+        "draw_rate": 0.0,
+        "loss_rate": 1.0,
+        "illegal_move_rate": 1.0,
+    }
     with pytest.raises(RuntimeError):
         env.step(0)  # the game is over
 
@@ -266,3 +276,19 @@ def test_config_file_matches_constructor():
     conf.pop("defaults", None)  # Hydra's defaults list (the schema), not a constructor argument
     params = inspect.signature(TicTacToeEnv).parameters
     assert conf == {k: p.default for k, p in params.items() if k != "render_mode"}
+
+
+def test_instructions_state_only_rules_every_player_meets():
+    """The instructions go to LLMs and to people (`agentrl play`). An occupied cell is asked again of a
+    person and handled by agent.invalid_rule for an LLM; only raw `env.step` callers lose by it, so the
+    instructions must not say that it loses."""
+    from agentrl.agents.baselines import parse_move
+
+    env = _position("X", [0], [4])
+    text = env.instructions
+    assert "occupied" not in text and text.endswith("Your action is the number of an empty cell.")
+    assert parse_move("5", env.action_names, env.valid_actions()) == (
+        None,
+        "Illegal move '5': 5 is not legal now.",
+    )
+    assert parse_move("2", env.action_names, env.valid_actions()) == ("2", "")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from agentrl import rundir
 from agentrl.cli import app
 
 TINY = [
@@ -79,6 +80,10 @@ def test_killed_run_resumes_without_duplicate_iterations(tmp_path):
     killed_at = max(_iterations(run))
     assert killed_at >= 2
     assert not (run / "eval.json").exists()
+    # SIGKILL left status.json at running; its lock names a dead process
+    assert rundir.read_status(run)["status"] == "running"
+    assert rundir.effective_status(run) == "killed"
+    killed_time = rundir.last_metrics_time(run)
 
     # resume with a smaller total so the test stays short: continue from the newest complete checkpoint
     total = killed_at + 2
@@ -88,4 +93,9 @@ def test_killed_run_resumes_without_duplicate_iterations(tmp_path):
     assert result.exit_code == 0, result.output
     steps = _iterations(run)
     assert steps == list(range(1, total + 1)), steps  # parses, continues, no duplicate iteration
-    assert json.loads((run / "eval.json").read_text())["iterations"] == total
+    saved = json.loads((run / "eval.json").read_text())
+    assert saved["iterations"] == total
+    assert saved["train_time_s"] >= killed_time  # the killed part's training counts too
+    status = rundir.read_status(run)
+    assert status["status"] == "complete" and status["parts"] == 2
+    assert (run / ".hydra" / "overrides.yaml").read_text().count("task=train") == 1

@@ -11,6 +11,20 @@ from agentrl.errors import UnknownChoiceError
 AGENTS = ("dqn", "human", "llm", "planner", "random")
 
 
+def check_agent(cfg: Any) -> None:
+    """The agent's cheap checks, for before a run starts (no run directory for a bad setup): a human
+    player needs a terminal; an LLM's model must exist locally or be loadable from the hub."""
+    name = cfg.agent.name
+    if name == "human":
+        from agentrl.agents.baselines import require_terminal
+
+        require_terminal()
+    elif name == "llm":
+        from agentrl.models import check_model
+
+        check_model(cfg.model)
+
+
 def build_agent(cfg: Any, **kwargs: Any) -> Agent:
     """Build the agent named by `cfg.agent.name` from the full composed config."""
     name = cfg.agent.name
@@ -38,4 +52,4 @@ def build_agent(cfg: Any, **kwargs: Any) -> Agent:
     raise UnknownChoiceError("agent", name, AGENTS)
 
 
-__all__ = ["AGENTS", "Agent", "PolicyAgent", "build_agent"]
+__all__ = ["AGENTS", "Agent", "PolicyAgent", "build_agent", "check_agent"]

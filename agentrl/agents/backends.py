@@ -9,6 +9,8 @@
   `share_prompts`, identical prompts in a batch are also prefilled once (training rollouts).
 - `OpenAIBackend` — any OpenAI-compatible chat-completions endpoint over HTTP (stdlib urllib). It takes
   chat messages, not token ids (`chat_input = True`); ids come from a tokenizer if one is configured.
+  A request waits `model.timeout` seconds and is retried `model.max_retries` times (connection errors,
+  timeouts, HTTP 429/5xx) with logged, doubling waits from `RETRY_WAIT_S`; then one BackendError line.
 - `VLLMBackend` — thin wrapper over `vllm.LLM` for GPU machines; vllm is imported lazily. It cannot be
   tested on the CPU machines this project is built on: treat it as a starting point.
 """
@@ -18,9 +20,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import http.client
 import json
 import logging
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +38,9 @@ from agentrl.errors import BackendError, ConfigError, UnknownChoiceError
 log = logging.getLogger(__name__)
 
 BACKENDS = ("hf", "openai", "vllm")
+#: first wait before retrying a failed openai request; it doubles per retry, up to RETRY_WAIT_MAX_S
+RETRY_WAIT_S = 0.5
+RETRY_WAIT_MAX_S = 8.0
 
 #: one completion: (completion token ids, log-prob of each of those tokens or None)
 Completion = tuple[list[int], list[float] | None]
@@ -528,6 +535,11 @@ class OpenAIBackend(Backend):
         self.logprobs = bool(logprobs)
         self.return_token_ids = bool(return_token_ids)
         self.retries = max(0, int(retries))
+        # Set once a request has given up on a connection-level error: the other requests of the batch
+        # stop too instead of each waiting out its own retries against the same dead endpoint.
+        self._down: BackendError | None = None
+        self._lock = threading.Lock()
+        self._logged: set[tuple[int, str]] = set()  # (retry, reason) already logged in this call
 
     def generate(
         self, prompts: list[list[int]], sampling: SamplingConfig, *, seed: int | None = None
@@ -569,24 +581,49 @@ class OpenAIBackend(Backend):
         if key:
             headers["Authorization"] = f"Bearer {key}"
         data = json.dumps(body).encode()
-        last_error = ""
-        for attempt in range(self.retries + 1):
+        attempts = self.retries + 1
+        for attempt in range(attempts):
+            if self._down is not None:
+                raise self._down
             request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+            retryable = True
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     return json.loads(response.read().decode())
             except urllib.error.HTTPError as exc:
-                detail = exc.read().decode(errors="replace")[:300]
-                last_error = f"HTTP {exc.code}: {detail}"
-                if exc.code < 500 and exc.code != 429:
-                    break  # a client error will not go away by retrying
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                last_error = str(getattr(exc, "reason", exc))
-            except json.JSONDecodeError as exc:
-                last_error = f"invalid JSON in the response: {exc}"
+                detail = " ".join(exc.read().decode(errors="replace").split())[:300]
+                reason = f"HTTP {exc.code}: {detail}"
+                retryable = exc.code >= 500 or exc.code == 429  # a client error stays an error
+            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
+                reason = _connection_reason(exc, self.timeout)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                reason, retryable = f"invalid JSON in the response: {exc}", False
+            if not retryable or attempt + 1 == attempts:
                 break
-            time.sleep(min(2.0**attempt, 10.0))
-        raise BackendError(f"openai backend: request to {self.url} failed: {last_error}")
+            wait = min(RETRY_WAIT_S * 2.0**attempt, RETRY_WAIT_MAX_S)
+            self._log_retry(attempt + 1, reason, wait)
+            time.sleep(wait)
+        tried = f" after {attempts} attempts" if retryable and attempts > 1 else ""
+        error = BackendError(
+            f"openai backend: request to {self.url} failed{tried}: {reason} "
+            "(check model.base_url and that the server is up; model.timeout and model.max_retries "
+            "set the patience)"
+            if retryable
+            else f"openai backend: request to {self.url} failed: {reason}"
+        )
+        if retryable and not reason.startswith("HTTP"):
+            self._down = error
+        raise error
+
+    def _log_retry(self, retry: int, reason: str, wait: float) -> None:
+        """One warning per (retry, reason) and batch: concurrent requests fail alike."""
+        with self._lock:
+            if (retry, reason) in self._logged:
+                return
+            self._logged.add((retry, reason))
+        log.warning(
+            "openai backend: %s: %s; retry %d of %d in %.1f s", self.url, reason, retry, self.retries, wait
+        )
 
     def _one(
         self, messages: list[dict[str, str]], sampling: SamplingConfig, prefill: str, seed: int | None
@@ -624,6 +661,7 @@ class OpenAIBackend(Backend):
     ) -> list[tuple[str, list[int], list[float] | None]]:
         if not conversations:
             return []
+        self._down, self._logged = None, set()
         seeds = [None if seed is None else seed + k for k in range(len(conversations))]
         workers = min(self.max_concurrency, len(conversations))
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -632,6 +670,15 @@ class OpenAIBackend(Backend):
                 for m, s in zip(conversations, seeds, strict=True)
             ]
             return [f.result() for f in futures]
+
+
+def _connection_reason(exc: BaseException, timeout: float) -> str:
+    """One line for a connection-level failure (refused, DNS, timeout, dropped connection)."""
+    inner = getattr(exc, "reason", None) or exc
+    if isinstance(inner, TimeoutError) or "timed out" in str(inner):
+        return f"no answer within model.timeout={timeout:g} s"
+    text = " ".join(str(inner).split())
+    return text or type(inner).__name__
 
 
 def _token_ids(content: list[dict[str, Any]]) -> list[int] | None:
@@ -702,7 +749,13 @@ def build_backend(
 ) -> Backend:
     """The backend named by `model.backend`. A preloaded `model`/`tokenizer` (training's policy) is reused;
     `share_prompts` turns on the hf backend's prompt sharing (training rollouts)."""
-    from agentrl.models import load_model, load_tokenizer, model_config, resolve_name_or_path
+    from agentrl.models import (
+        check_model_source,
+        load_model,
+        load_tokenizer,
+        model_config,
+        resolve_name_or_path,
+    )
 
     cfg = model_config(model_cfg)
     if cfg.backend == "hf":
@@ -714,6 +767,7 @@ def build_backend(
         return HFBackend(model, tokenizer, prefix_cache=cfg.prefix_cache, share_prompts=share_prompts)
     if cfg.backend == "openai":
         if tokenizer is None and cfg.tokenizer:
+            check_model_source(cfg.tokenizer, "model.tokenizer")
             tokenizer = load_tokenizer(dataclasses.replace(cfg, name_or_path=cfg.tokenizer))
         return OpenAIBackend(
             cfg.base_url,
@@ -724,6 +778,7 @@ def build_backend(
             max_concurrency=cfg.max_concurrency,
             logprobs=cfg.logprobs,
             return_token_ids=cfg.return_token_ids,
+            retries=cfg.max_retries,
         )
     if cfg.backend == "vllm":
         return VLLMBackend(

@@ -12,7 +12,12 @@ llm.yaml`:
   without a usable tag falls back to the last valid action named as a whole word (outside `<think>`);
 - an unparseable or illegal answer is invalid and handled by `invalid_rule`: `penalty_default` executes
   the env's default action and adds `invalid_penalty` (MS-GRPO: default action, reward -1),
-  `penalty_end` does the same and ends the episode, `random` executes a random legal action (RLFT).
+  `penalty_end` does the same and ends the episode, `random` executes a random legal action (RLFT);
+- `prefill: auto` (the default) picks the answer mode per env and tokenizer (`resolve_interface`): when
+  every action name of the env is a single token after `AUTO_PREFILL`, the assistant turn starts with
+  it and the model answers with ONE token (a small model mostly echoes the observation when it writes
+  free text, and one token per step is the cheapest answer there is); otherwise, and always with `cot`,
+  answers are free text with no prefill. An explicit `prefill` or `sampling.max_new_tokens` wins.
 
 `LLMAgent.act` renders one prompt per active episode and makes ONE batched backend call per lockstep
 step.
@@ -36,6 +41,12 @@ from agentrl.types import Decision, Generation, StepContext
 log = logging.getLogger(__name__)
 
 INVALID_RULES = ("penalty_default", "penalty_end", "random")
+#: `agent.prefill: auto` resolves per env and tokenizer (see `resolve_interface`)
+AUTO = "auto"
+#: the prefill of the auto one-token interface. With the embedded SmolLM2-135M it puts 74% of the first
+#: token's probability on Frozen Lake's four moves at the start cell (greedy: " right") and 26% on
+#: Snake's, against 26% and 7% after "I move" (whose greedy token is " to") and 1% after "<action>".
+AUTO_PREFILL = "Move:"
 # Longest completion text the parser looks at: bounds regex work on pathological inputs.
 _MAX_PARSE_CHARS = 20_000
 _STRIP_CHARS = " \t\r\n\"'`*.,;:!?()[]{}"
@@ -70,8 +81,9 @@ class TextInterface:
         self._think = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
 
     @classmethod
-    def from_cfg(cls, agent_cfg: Any) -> TextInterface:
-        """Build from `cfg.agent` (agent/llm.yaml); unknown keys are ignored, None means default."""
+    def from_cfg(cls, agent_cfg: Any, prefill: str | None = None) -> TextInterface:
+        """Build from `cfg.agent` (agent/llm.yaml); unknown keys are ignored, None means default.
+        `prefill` replaces the configured one (the resolved `auto`); an unresolved `auto` means none."""
         fields = cls.__dataclass_fields__
         values = {}
         for key in fields:
@@ -80,8 +92,10 @@ class TextInterface:
                 values[key] = value
         values["history"] = int(values.get("history", 0))
         values["invalid_penalty"] = float(values.get("invalid_penalty", -1.0))
+        if prefill is not None:
+            values["prefill"] = prefill
         if "prefill" in values:
-            values["prefill"] = str(values["prefill"])
+            values["prefill"] = "" if values["prefill"] == AUTO else str(values["prefill"])
         return cls(**values)
 
     # ---- prompting ---------------------------------------------------------------------------------
@@ -267,64 +281,189 @@ def _batch_seed(contexts: list[StepContext]) -> int:
     return int(np.random.SeedSequence(draws).generate_state(1)[0] % (2**31))
 
 
-def sampling_from_cfg(agent_cfg: Any, interface: TextInterface | None = None) -> SamplingConfig:
-    """`agent.sampling`; max_new_tokens null -> 32 without chain-of-thought, 256 with it."""
+def sampling_from_cfg(
+    agent_cfg: Any, interface: TextInterface | None = None, max_new_tokens: int | None = None
+) -> SamplingConfig:
+    """`agent.sampling`; `max_new_tokens` (the resolved interface's) replaces the configured value;
+    null -> 32 without chain-of-thought, 256 with it."""
     sampling_cfg = agent_cfg.get("sampling") if agent_cfg is not None else None
     cot = bool(interface.cot) if interface is not None else False
     default_tokens = 256 if cot else 32
     max_new = sampling_cfg.get("max_new_tokens") if sampling_cfg is not None else None
+    max_new = max_new_tokens or max_new
     return SamplingConfig.from_cfg(sampling_cfg, max_new_tokens=max_new or default_tokens)
 
 
+@dataclass(frozen=True)
+class ResolvedInterface:
+    """What `agent.prefill` and `agent.sampling.max_new_tokens` mean for one env and tokenizer."""
+
+    prefill: str
+    max_new_tokens: int | None  # None: the default budget (32, or 256 with cot)
+    reason: str
+
+    @property
+    def one_token(self) -> bool:
+        return self.max_new_tokens == 1
+
+    def describe(self) -> str:
+        """One line for the log (and `describe_interface`)."""
+        answers = "one-token answers" if self.one_token else "free-text answers"
+        if self.max_new_tokens and not self.one_token:
+            answers += f" (up to {self.max_new_tokens} tokens)"
+        prefill = f"prefill {self.prefill!r}" if self.prefill else "no prefill"
+        return f"LLM interface: {prefill}, {answers} ({self.reason})"
+
+
+def single_token_after(tokenizer: Any, prefill: str, name: str) -> bool:
+    """Whether `name` is one token when it follows `prefill` (after a space unless the prefill ends in
+    whitespace or a tag): the prefill's own tokens are unchanged and exactly one token is added."""
+    sep = "" if not prefill or prefill[-1].isspace() or prefill.endswith(">") else " "
+    base = list(tokenizer(prefill, add_special_tokens=False).input_ids)
+    full = list(tokenizer(prefill + sep + name, add_special_tokens=False).input_ids)
+    return len(full) == len(base) + 1 and full[: len(base)] == base
+
+
+def resolve_interface(agent_cfg: Any, action_names: list[str], tokenizer: Any) -> ResolvedInterface:
+    """Resolve `prefill: auto` for an env whose actions are `action_names`: `AUTO_PREFILL` and one-token
+    answers when every action name is one token after it, else free text without a prefill. An explicit
+    prefill, an explicit max_new_tokens other than 1, chain-of-thought, a strict parser (the one-token
+    answer carries no tag) or no tokenizer to check with (an openai model without `model.tokenizer`)
+    all mean the configured settings are used as they are (auto -> no prefill)."""
+    prefill = agent_cfg.get("prefill")
+    sampling_cfg = agent_cfg.get("sampling")
+    max_new = sampling_cfg.get("max_new_tokens") if sampling_cfg is not None else None
+    if prefill != AUTO:
+        return ResolvedInterface(str(prefill or ""), max_new, "set by agent.prefill")
+    if agent_cfg.get("cot"):
+        return ResolvedInterface("", max_new, "auto: chain-of-thought answers are free text")
+    if max_new not in (None, 1):
+        return ResolvedInterface("", max_new, "auto: agent.sampling.max_new_tokens is set")
+    if not agent_cfg.get("lenient", True):
+        return ResolvedInterface("", max_new, "auto: agent.lenient=false needs tagged answers")
+    if tokenizer is None:
+        return ResolvedInterface("", max_new, "auto: no tokenizer to check the action names with")
+    longer = [name for name in action_names if not single_token_after(tokenizer, AUTO_PREFILL, name)]
+    if longer:
+        shown = ", ".join(longer[:3]) + (" ..." if len(longer) > 3 else "")
+        return ResolvedInterface("", max_new, f"auto: {shown} not one token after {AUTO_PREFILL!r}")
+    return ResolvedInterface(AUTO_PREFILL, 1, "auto: every action name is one token after the prefill")
+
+
+#: resets whose action names the auto interface checks: some envs draw their names per seed (the
+#: bandit's button colours), and one multi-token name among them would make every one-token answer in
+#: those episodes invalid
+PROBE_RESETS = 16
+
+
+def env_action_names(cfg: Any) -> list[str]:
+    """Every action name the env of `cfg.env` shows, at construction and after resets with seeds
+    0..PROBE_RESETS-1."""
+    import agentrl.envs
+
+    env = agentrl.envs.env_factory(cfg.env)()
+    try:
+        names = dict.fromkeys(env.action_names)
+        for seed in range(PROBE_RESETS):
+            env.reset(seed=seed)
+            names.update(dict.fromkeys(env.action_names))
+        return list(names)
+    finally:
+        env.close()
+
+
 def build_llm_agent(cfg: Any, **kwargs: Any) -> LLMAgent:
-    """Build the LLM agent from the full config (cfg.agent, cfg.model, cfg.seed).
+    """Build the LLM agent from the full config (cfg.agent, cfg.model, cfg.env, cfg.seed): the backend,
+    then the interface resolved for the env and the backend's tokenizer (`resolve_interface`, logged).
+    A torch model built here on the CPU runs with `console.set_torch_threads` (the free cores, unless
+    `algo.torch_threads` or $OMP_NUM_THREADS says otherwise).
 
     kwargs: `backend=` (use it as is), or `model=`/`tokenizer=` (a preloaded policy, e.g. training's) and
-    `share_prompts=` (the hf backend's prompt sharing, for training rollouts).
+    `share_prompts=` (the hf backend's prompt sharing: each distinct prompt of a batch runs once). Its
+    default is on for greedy sampling, where copies of a prompt get the same answer anyway (a greedy eval
+    on a fixed map plays the same episode in every row), and off otherwise.
     """
-    interface = TextInterface.from_cfg(cfg.agent)
-    sampling = sampling_from_cfg(cfg.agent, interface)
     backend = kwargs.pop("backend", None)
     if backend is None:
+        share = kwargs.pop("share_prompts", None)
+        if share is None:
+            sampling_cfg = cfg.agent.get("sampling")
+            share = not float((sampling_cfg.get("temperature") if sampling_cfg is not None else 0) or 0)
         backend = build_backend(
             cfg.model,
             model=kwargs.pop("model", None),
             tokenizer=kwargs.pop("tokenizer", None),
             seed=int(cfg.get("seed", 0) or 0),
-            share_prompts=bool(kwargs.pop("share_prompts", False)),
+            share_prompts=bool(share),
         )
+        _cpu_threads(cfg, backend)
     if kwargs:
         log.debug("build_llm_agent ignores %s", sorted(kwargs))
+    resolved = resolve_interface(cfg.agent, env_action_names(cfg), backend.tokenizer)
+    log.info("%s", resolved.describe())
+    interface = TextInterface.from_cfg(cfg.agent, prefill=resolved.prefill)
+    sampling = sampling_from_cfg(cfg.agent, interface, resolved.max_new_tokens)
     return LLMAgent(interface, backend, sampling)
 
 
-def format_prompt_preview(cfg: Any) -> str:
-    """The exact prompt the model sees for the env's first observation (seed cfg.seed)."""
-    import numpy as np
+def _cpu_threads(cfg: Any, backend: Backend) -> None:
+    model = getattr(backend, "model", None)
+    parameters = getattr(model, "parameters", None)
+    if parameters is None or next(parameters()).device.type != "cpu":
+        return
+    from agentrl.console import set_torch_threads
 
-    from agentrl.envs import env_factory
+    algo = cfg.get("algo")
+    explicit = algo.get("torch_threads") if algo is not None else None
+    log.info("torch threads: %d", set_torch_threads(explicit))
+
+
+def _preview_tokenizer(cfg: Any) -> Any:
     from agentrl.models import load_tokenizer, model_config
 
-    interface = TextInterface.from_cfg(cfg.agent)
-    env = env_factory(cfg.env)()
+    model = model_config(cfg.model)
+    if model.backend != "openai":
+        return load_tokenizer(model)
+    if model.tokenizer:
+        return load_tokenizer(dataclasses.replace(model, name_or_path=model.tokenizer))
+    return None
+
+
+def describe_interface(cfg: Any, tokenizer: Any = None) -> str:
+    """The line `build_llm_agent` logs: the prefill and answer mode chosen for cfg's env and model."""
+    if tokenizer is None:
+        tokenizer = _preview_tokenizer(cfg)
+    return resolve_interface(cfg.agent, env_action_names(cfg), tokenizer).describe()
+
+
+def format_prompt_preview(cfg: Any) -> str:
+    """The exact prompt the model sees for the env's first observation (seed cfg.seed), with the
+    resolved prefill (`describe_interface` says which answer mode goes with it)."""
+    import agentrl.envs
+
+    tokenizer = _preview_tokenizer(cfg)
+    resolved = resolve_interface(cfg.agent, env_action_names(cfg), tokenizer)
+    env = agentrl.envs.env_factory(cfg.env)()
+    interface = TextInterface.from_cfg(cfg.agent, prefill=resolved.prefill)
     seed = int(cfg.seed)
     observation, info = env.reset(seed=seed)
     ctx = StepContext(env, observation, info, [], np.random.default_rng(seed), 0)
-    model = model_config(cfg.model)
-    tokenizer = None
-    if model.backend != "openai":
-        tokenizer = load_tokenizer(model)
-    elif model.tokenizer:
-        tokenizer = load_tokenizer(dataclasses.replace(model, name_or_path=model.tokenizer))
     env.close()
     return interface.render(interface.messages(ctx), tokenizer)
 
 
 __all__ = [
+    "AUTO",
+    "AUTO_PREFILL",
     "INVALID_RULES",
     "LLMAgent",
+    "ResolvedInterface",
     "TextInterface",
     "build_llm_agent",
+    "describe_interface",
+    "env_action_names",
     "format_prompt_preview",
+    "resolve_interface",
     "sampling_from_cfg",
+    "single_token_after",
 ]

@@ -288,6 +288,11 @@ class AgentRLConfig(Schema):
     seed: int = setting(0, "global seed: agent randomness, training, and which held-out eval seeds are used")
     name: str = setting("${task}_${env.name}", "run-directory suffix")
     resume: str | None = setting(None, "train: a run directory to continue (`agentrl train resume=<dir>`)")
+    from_run: str | None = setting(
+        None,
+        "eval: a training run directory (or its final/ or checkpoint-N) to evaluate with the run's own "
+        "env, agent and interface settings",
+    )
     eval: EvalConfig = setting(factory=EvalConfig, help="held-out evaluation settings")
     env: Any = setting(None, "the environment (env=<option>, conf/env/)")
     agent: Any = setting(None, "who acts in eval (agent=<option>, conf/agent/)")
@@ -397,7 +402,9 @@ class SamplingSchema(Schema):
     )
     top_p: float = setting(1.0, "nucleus sampling mass (1 = off)", gt=0, le=1)
     top_k: int = setting(0, "top-k sampling (0 = off)", ge=0)
-    max_new_tokens: int | None = setting(None, "null: 32 without cot, 256 with cot", ge=1)
+    max_new_tokens: int | None = setting(
+        None, "null: 1 when agent.prefill=auto chose one-token answers, else 32 (256 with cot)", ge=1
+    )
     stop: list[str] = setting(
         factory=list, help="extra stop strings (the closing answer tag comes from stop_at_answer)"
     )
@@ -420,7 +427,11 @@ class LLMAgentConfig(Schema):
         None,
         "null: the env instructions are the system message; else this is, and they open the user message",
     )
-    prefill: str = setting("", "text the assistant turn starts with, e.g. '<action>'")
+    prefill: str = setting(
+        "auto",
+        "text the assistant turn starts with ('' none, e.g. 'I move'); auto: 'Move:' and one-token answers "
+        "when every action name is one token after it (not with cot), else none",
+    )
     invalid_rule: str = setting(
         "penalty_default",
         "invalid answer: env default action + penalty, the same then end, or a random legal action + penalty",
@@ -524,6 +535,9 @@ class ModelConfig(Schema):
         None, "backend openai: hub id / dir of a tokenizer, for completion token ids"
     )
     timeout: float = setting(120.0, "backend openai: seconds per HTTP request", gt=0)
+    max_retries: int = setting(
+        2, "backend openai: retries of a request after a connection error, timeout or HTTP 429/5xx", ge=0
+    )
     max_concurrency: int = setting(16, "backend openai: parallel requests per batched step", ge=1)
     logprobs: bool = setting(True, "backend openai: ask the server for the sampled tokens' log-probs")
     return_token_ids: bool = setting(False, "backend openai: exact completion token ids (vLLM servers)")
@@ -537,6 +551,20 @@ class ModelConfig(Schema):
                 "name_or_path",
                 f"required with backend {self.backend} (a hub id, dir or builtin:<name>)",
             )
+        if self.backend == "openai" and not _is_http_url(self.base_url):
+            self.fail(prefix, "base_url", "must be an http(s) URL with a host, e.g. http://localhost:8000/v1")
+
+
+def _is_http_url(url: str) -> bool:
+    """An http:// or https:// URL with a host (and, if given, a numeric port)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 # =====================================================================================================
@@ -635,6 +663,9 @@ class MSGRPOConfig(Schema):
     )
     keep_checkpoints: int = setting(
         2, "newest checkpoints kept (optimizer state makes them ~3x the model)", ge=1
+    )
+    save_optimizer: bool = setting(
+        True, "checkpoints hold optimizer, scheduler, RNG state (exact resume); false: model only"
     )
     save_final: bool = setting(True, "write the trained model (or LoRA adapter) to final/")
     torch_threads: int | None = setting(None, "torch.set_num_threads on CPU (null: torch's default)", ge=1)

@@ -276,13 +276,18 @@ class SnakeEnv(TextEnv):
     @property
     def instructions(self) -> str:
         n = self.size
+        enemy = self.opponent_enabled  # without an enemy, no rule mentions one
         lines = [
             f"You control a snake on a {n}x{n} board. Rows are numbered 0 to {n - 1} from the top, "
             f"columns 0 to {n - 1} from the left.",
             "Each move your snake's head goes one cell up (row - 1), down (row + 1), left (col - 1) or "
             "right (col + 1), and its body follows.",
-            "Symbols: 1 is your snake's head, 2 is the enemy snake's head, T is a body segment (yours or "
-            "the enemy's), A is an apple, "
+            (
+                "Symbols: 1 is your snake's head, 2 is the enemy snake's head, T is a body segment (yours or "
+                "the enemy's), A is an apple, "
+                if enemy
+                else "Symbols: 1 is your snake's head, T is a body segment, A is an apple, "
+            )
             + ("X is a poison apple, " if self.n_poison else "")
             + "_ is an empty cell.",
             f"Eating an apple (A) gives +{self.apple_reward:g} and your snake grows by one segment.",
@@ -294,12 +299,16 @@ class SnakeEnv(TextEnv):
             )
         lines += [
             f"Each move costs {self.step_penalty:g}.",
-            f"Your snake dies (reward {self.death_reward:g}, the game ends) if its head hits a wall, any "
-            "body segment (yours or the enemy's) or the enemy's head. Moving back the way you came runs "
-            "into your own body once you have one.",
+            f"Your snake dies (reward {self.death_reward:g}, the game ends) if its head hits a wall"
+            + (", any body segment (yours or the enemy's) or the enemy's head." if enemy else " or its body.")
+            + " A tail end that moves away in the same move is not in the way. Moving back the way you "
+            "came runs into your own body once you have one.",
         ]
-        if self.opponent_enabled:
-            lines.append("An enemy snake (2) moves at random on the same board and can eat apples too.")
+        if enemy:
+            lines.append(
+                "An enemy snake (2) moves at random on the same board, avoiding moves that kill it at once "
+                "when it can; it can eat apples too, and reappears elsewhere when it dies."
+            )
         lines += [
             f"The game ends after at most {self.max_steps} moves.",
             f"Valid actions: {', '.join(self.action_names)}.",

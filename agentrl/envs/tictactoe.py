@@ -5,7 +5,8 @@ Actions are the cells "1".."9", numbered row by row; ``info["valid_actions"]`` l
 Reward +1 win, 0 draw, -1 loss. An occupied cell (only raw index users such as DQN can send one; the LLM
 agent filters invalid answers first) ends the episode as a loss with ``info["illegal_move"] = True``.
 ``info["outcome"]`` is "win", "draw", "loss" or "" (game on); ``info["episode_metrics"]`` holds 0/1
-indicators ``win``, ``draw``, ``loss``, ``illegal_move`` that evaluation averages into rates.
+indicators ``win_rate``, ``draw_rate``, ``loss_rate``, ``illegal_move_rate`` that evaluation averages
+into rates (named as rates so a share of games lost never reads as a training loss).
 
 The game logic lives here as plain functions so the planner (agents/planning_games.py) can reuse the
 perfect player without environments importing agents:
@@ -248,10 +249,10 @@ class TicTacToeEnv(TextEnv):
         info["illegal_move"] = self.illegal_move
         # Per-episode outcome indicators; evaluation.py averages them into win/draw/loss rates.
         info["episode_metrics"] = {
-            "win": float(self.outcome == "win"),
-            "draw": float(self.outcome == "draw"),
-            "loss": float(self.outcome == "loss"),
-            "illegal_move": float(self.illegal_move),
+            "win_rate": float(self.outcome == "win"),
+            "draw_rate": float(self.outcome == "draw"),
+            "loss_rate": float(self.outcome == "loss"),
+            "illegal_move_rate": float(self.illegal_move),
         }
         return info
 
@@ -273,8 +274,8 @@ class TicTacToeEnv(TextEnv):
             f"{self.opponent_mark}. X moves first. Players take turns placing their mark in an empty cell; "
             "the first to get three marks in a row (horizontally, vertically or diagonally) wins. "
             "Cells are numbered 1 to 9 row by row (1 2 3 on top, 7 8 9 at the bottom); the board shows "
-            "the number of each empty cell. You get reward 1 for a win, 0 for a draw and -1 for a loss; "
-            "choosing an occupied cell loses the game. Your action is the number of an empty cell."
+            "the number of each empty cell. You get reward 1 for a win, 0 for a draw and -1 for a loss. "
+            "Your action is the number of an empty cell."
         )
 
     def render_text(self) -> str:

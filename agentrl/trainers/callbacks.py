@@ -2,8 +2,10 @@
 one thing at one point of the transformers Trainer loop.
 
 Order within an iteration (transformers calls them in the order added): before the optimizer step ->
-`SkipEmptyUpdate`; after it -> `RolloutCacheReset`; the end of the step -> `TimeLimit`, `PeriodicEval`, `CheckpointEvery`; then the
-Trainer logs -> `MetricsWriter` (one metrics.jsonl row, the progress line), then saves if asked.
+`SkipEmptyUpdate`, `SignalSafePoints` (holds stop signals off); after it -> `RolloutCacheReset`; the end of
+the step -> `TimeLimit`, `PeriodicEval`, `CheckpointEvery`; then the Trainer logs -> `MetricsWriter` (one
+metrics.jsonl row, the progress line), `SignalSafePoints` (a held signal stops training here), then saves
+if asked.
 """
 
 from __future__ import annotations
@@ -102,6 +104,29 @@ class CheckpointEvery(TrainerCallback):
         return control
 
 
+class SignalSafePoints(TrainerCallback):
+    """Lets a stop signal (`signals.StopSignals`) interrupt training only where the saved state is
+    consistent: from the optimizer step until the iteration's metrics row is written, the weights have
+    moved but metrics.jsonl does not show it yet, so a signal is held until `on_log` (add this callback
+    after `MetricsWriter`). Each iteration's start checks again, for a signal whose exception an
+    `except Exception` somewhere swallowed."""
+
+    def __init__(self, stop: Any):
+        self.stop = stop
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.stop.check()
+        return control
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.stop.hold()
+        return control
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
+        self.stop.release()
+        return control
+
+
 class MetricsWriter(TrainerCallback):
     """Writes each iteration's log row (TRL's loss statistics + the rollout metrics + pending periodic
     eval) to the run's MetricsLog and advances the progress bar with a one-line summary."""
@@ -119,12 +144,22 @@ class MetricsWriter(TrainerCallback):
         row.update(self.pending)
         self.pending.clear()
         self.metrics_log.log(state.global_step, row)
-        self.bar.advance(
+        self.bar.advance(self.progress_line(row))
+        return control
+
+    @staticmethod
+    def progress_line(row: dict[str, Any]) -> str:
+        """The iteration's key numbers for the progress line (metrics.jsonl has all of them)."""
+        line = (
             f"success {row.get('train/success_rate', 0):.2f} return {row.get('train/mean_return', 0):.2f}"
+            f" invalid {row.get('train/invalid_rate', 0):.2f}"
             f" zero-var {row.get('zero_variance_groups', 0)}/{row.get('groups', 0)}"
             f" kept {row.get('episodes_kept', 0)} loss {row.get('loss', 0):.4f}"
+            f" iteration {row.get('iteration_s', 0):.1f}s"
         )
-        return control
+        if "eval/success_rate" in row:
+            line += f" | eval success {row['eval/success_rate']:.2f} return {row['eval/mean_return']:.2f}"
+        return line
 
 
 __all__ = [
@@ -132,6 +167,7 @@ __all__ = [
     "MetricsWriter",
     "PeriodicEval",
     "RolloutCacheReset",
+    "SignalSafePoints",
     "SkipEmptyUpdate",
     "TimeLimit",
 ]

@@ -10,9 +10,12 @@ into its run directory:
   last 100 training episodes (mean_return, success_rate, mean_length) and SB3's train stats (loss,
   exploration_rate, ...); iteration = env steps.
 - `sb3/` SB3's own logger output (progress.csv, TensorBoard), for people who know SB3's keys.
-- `checkpoint-<steps>.zip` every `checkpoint_every` steps (SB3 zip, written atomically, so a present
-  zip is complete), with `checkpoint-<steps>.json` (steps, train time) and, when
-  `save_replay_buffer`, the newest `checkpoint-<steps>.replay.pkl`.
+- `checkpoint-<steps>.zip` every `checkpoint_every` steps (SB3 zip, written atomically), with
+  `checkpoint-<steps>.json` (steps, train time), when `save_replay_buffer` the newest
+  `checkpoint-<steps>.replay.pkl`, and last `checkpoint-<steps>.manifest.json` (sizes and
+  fingerprints of those files): resume takes the newest checkpoint whose manifest checks out (runlog).
+- SIGTERM, SIGINT or SIGUSR1 (signals.py) stop training within `train_freq` env steps, save a
+  checkpoint there and raise `TrainingInterrupted` (the run exits with 128 + the signal number).
 - `final/model.zip` + `final/dqn.json`, then `eval.json` / `episodes.jsonl` from evaluation.evaluate on
   the held-out seeds.
 """
@@ -32,7 +35,8 @@ import numpy as np
 from agentrl.agents.dqn import FINAL_MODEL, DQNAgent
 from agentrl.envs import NumericObservation, make_env
 from agentrl.errors import ConfigError
-from agentrl.runlog import atomic_dir, atomic_file, list_checkpoints
+from agentrl.runlog import atomic_dir, atomic_file, manifest_path, newest_valid_checkpoint, write_manifest
+from agentrl.trainers.signals import StopSignals, TrainingInterrupted, signal_name
 from agentrl.types import TrainResult
 
 log = logging.getLogger(__name__)
@@ -88,22 +92,28 @@ def training_env(cfg: Any, seed_stream: int) -> gym.Env:
 # checkpoints
 # ---------------------------------------------------------------------------------------------
 def save_checkpoint(model: Any, run_dir: Path, steps: int, train_time_s: float, save_replay: bool) -> Path:
-    """checkpoint-<steps>.zip (+ .json, + newest .replay.pkl), each written atomically. The zip comes
-    last: resume trusts a listed zip, so its side files must already be complete."""
+    """checkpoint-<steps>.zip (+ .json, + newest .replay.pkl), each written atomically, then the manifest
+    that vouches for them. A manifest left by an earlier checkpoint of the same step goes first, so it
+    never describes the new files."""
     run_dir = Path(run_dir)
+    final = run_dir / f"checkpoint-{steps}.zip"
+    meta = run_dir / f"checkpoint-{steps}.json"
+    replay = run_dir / f"checkpoint-{steps}.replay.pkl"
+    manifest_path(final).unlink(missing_ok=True)
     if save_replay:
-        with atomic_file(run_dir / f"checkpoint-{steps}.replay.pkl") as tmp:
+        with atomic_file(replay) as tmp:
             model.save_replay_buffer(tmp)
-    with atomic_file(run_dir / f"checkpoint-{steps}.json") as tmp:
+    with atomic_file(meta) as tmp:
         tmp.write_text(
             json.dumps({"steps": int(steps), "train_time_s": round(float(train_time_s), 3)}) + "\n"
         )
-    final = run_dir / f"checkpoint-{steps}.zip"
     with atomic_file(final) as tmp:  # the temp name ends in .zip, so SB3 keeps it as given
         model.save(tmp)
+    # the replay buffer is optional in the manifest: the next checkpoint deletes it
+    write_manifest(final, (meta,), (replay,) if save_replay else (), step=steps)
     # Replay buffers are large: keep only the newest one.
     for old in run_dir.glob("checkpoint-*.replay.pkl"):
-        if old.name != f"checkpoint-{steps}.replay.pkl":
+        if old != replay:
             old.unlink(missing_ok=True)
     log.info("checkpoint %s", final)
     return final
@@ -140,8 +150,10 @@ def _callback(
     checkpoint_every: int,
     save_replay: bool,
     time_offset: float,
+    stop: StopSignals,
 ):
-    """One SB3 callback for the progress bar, the metrics.jsonl mirror and checkpoints."""
+    """One SB3 callback for the progress bar, the metrics.jsonl mirror, checkpoints, and stopping soon
+    after a stop signal (the row and checkpoint of the step it stops at are written first)."""
     from stable_baselines3.common.callbacks import BaseCallback
 
     class RunCallback(BaseCallback):
@@ -149,6 +161,11 @@ def _callback(
             self.start = time.perf_counter()
             self.pending = 0
             self.line = ""
+            self.saved: int | None = None  # steps of the newest checkpoint this run wrote
+
+        def save(self, steps: int) -> None:
+            save_checkpoint(self.model, run_dir, steps, self.train_time(), save_replay)
+            self.saved = steps
 
         def train_time(self) -> float:
             return time_offset + time.perf_counter() - self.start
@@ -159,11 +176,18 @@ def _callback(
             if steps % log_every == 0:
                 self.log_metrics(steps)
             if checkpoint_every > 0 and steps % checkpoint_every == 0:
-                save_checkpoint(self.model, run_dir, steps, self.train_time(), save_replay)
+                self.save(steps)
             if self.pending >= 100:  # a rich update per env step would cost more than the step
                 bar.advance(self.line, n=self.pending)
                 self.pending = 0
-            return True
+            return not self.stop_here(steps)  # False ends model.learn
+
+        def stop_here(self, steps: int) -> bool:
+            """After a stop signal, at the end of the current `train_freq` chunk of env steps, so a
+            resumed run keeps SB3's cadence and ends exactly at total_timesteps."""
+            freq = self.model.train_freq
+            aligned = freq.unit.value != "step" or steps % max(int(freq.frequency), 1) == 0
+            return stop.stopping and aligned
 
         def log_metrics(self, steps: int) -> None:
             row = _rollout_stats(self.model)
@@ -218,17 +242,18 @@ def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
     if total < 1:
         raise ConfigError(f"algo.total_timesteps must be >= 1, got {total}")
 
-    checkpoints = [(n, p) for n, p in list_checkpoints(run_dir) if p.suffix == ".zip"] if resume else []
-    if resume and not checkpoints:
-        log.warning("resume: no complete checkpoint in %s; training from the start", run_dir)
+    checkpoint = newest_valid_checkpoint(run_dir, kind="zip") if resume else None
+    if resume and checkpoint is None:
+        log.warning("resume: no usable checkpoint in %s; training from the start", run_dir)
     start_steps, time_offset = 0, 0.0
     threads = algo.get("torch_threads")
     old_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(int(threads))
     try:
-        if checkpoints:
-            start_steps, path = checkpoints[-1]
+        if checkpoint is not None:
+            path = checkpoint
+            start_steps = int(path.stem.split("-")[1])
             meta = path.with_suffix(".json")
             if meta.is_file():
                 time_offset = float(json.loads(meta.read_text()).get("train_time_s", 0.0))
@@ -258,10 +283,13 @@ def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
             sb3_dir = run_dir / "sb3"
         # SB3's CSV writer truncates its file: a resumed run writes its own sub-folder.
         model.set_logger(configure(str(sb3_dir), ["csv", "tensorboard"]))
-        metrics = MetricsLog(run_dir, resume=bool(checkpoints))
+        metrics = MetricsLog(run_dir, resume=checkpoint is not None)
         remaining = max(0, total - int(model.num_timesteps))
+        save_replay = bool(algo.get("save_replay_buffer", False))
+        stop = StopSignals()
+        stop.hold()  # signals only ask; the callback stops at the next env step
         try:
-            with progress(f"train dqn {env_name}", total=total) as bar:
+            with stop, progress(f"train dqn {env_name}", total=total) as bar:
                 if start_steps:
                     bar.advance(f"resumed at step {start_steps}", n=start_steps)
                 callback = _callback(
@@ -270,8 +298,9 @@ def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
                     bar,
                     log_every=log_every,
                     checkpoint_every=checkpoint_every,
-                    save_replay=bool(algo.get("save_replay_buffer", False)),
+                    save_replay=save_replay,
                     time_offset=time_offset,
+                    stop=stop,
                 )
                 start = time.perf_counter()
                 if remaining:
@@ -279,9 +308,19 @@ def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
                         total_timesteps=remaining,
                         callback=callback,
                         log_interval=None,  # our callback dumps SB3's logs every log_every steps
-                        reset_num_timesteps=not checkpoints,
+                        reset_num_timesteps=checkpoint is None,
                     )
                 train_time_s = time_offset + time.perf_counter() - start
+                if stop.received is not None:
+                    steps = int(model.num_timesteps)
+                    if getattr(callback, "saved", None) != steps:  # not saved at this very step
+                        log.warning("%s: saving checkpoint-%d.zip", signal_name(stop.received), steps)
+                        save_checkpoint(model, run_dir, steps, train_time_s, save_replay)
+                    raise TrainingInterrupted(
+                        stop.received,
+                        f"stopped by {signal_name(stop.received)} at step {steps}: checkpoint-{steps}.zip"
+                        f" is saved; continue with: agentrl train resume={run_dir}",
+                    )
         finally:
             metrics.close()
             env.close()

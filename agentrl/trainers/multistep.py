@@ -20,7 +20,13 @@ TRL internals overridden (trl 1.16, pinned in pyproject because these move):
   without Triton (CPU); `trainers/logps.py` scores only completion tokens and runs shared prompt text
   once (exact). CUDA keeps TRL's path unless `algo.shared_prefix` asks for it.
 - `log`: adds the iteration's rollout metrics to TRL's averaged loss statistics.
-- `_save_checkpoint`: writes `checkpoint-<iteration>/` atomically, then prunes old ones.
+- `_save_checkpoint`: writes `checkpoint-<iteration>/` atomically with a manifest of its files (written
+  last; resume checks it), then prunes old ones.
+- `_load_optimizer_and_scheduler`: a model-only checkpoint (`algo.save_optimizer=false`) resumes with a
+  fresh optimizer and the scheduler advanced to the checkpoint's iteration.
+
+SIGTERM, SIGINT and SIGUSR1 during training (signals.py) save the last finished iteration's checkpoint,
+then raise `TrainingInterrupted` (the run exits with 128 + the signal number).
 
 The loss type defaults to "dapo": TRL divides by `num_items_in_batch`, set to the completion tokens of
 the whole iteration, so the micro-batch losses add up to one token-level mean.
@@ -33,7 +39,9 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,16 +54,26 @@ from trl import GRPOConfig, GRPOTrainer
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.errors import ConfigError
 from agentrl.rollout import collect_groups, informative_group_count
-from agentrl.runlog import MetricsLog, atomic_dir, newest_checkpoint, progress, prune_checkpoints, write_json
+from agentrl.runlog import (
+    MetricsLog,
+    atomic_dir,
+    newest_valid_checkpoint,
+    progress,
+    prune_checkpoints,
+    write_json,
+    write_manifest,
+)
 from agentrl.trainers.callbacks import (
     CheckpointEvery,
     MetricsWriter,
     PeriodicEval,
     RolloutCacheReset,
+    SignalSafePoints,
     SkipEmptyUpdate,
     TimeLimit,
 )
 from agentrl.trainers.logps import shared_prefix_logps
+from agentrl.trainers.signals import StopSignals, TrainingInterrupted, signal_name
 from agentrl.types import Episode, StepSample, TrainResult
 
 log = logging.getLogger(__name__)
@@ -173,6 +191,7 @@ class MultiStepTrainer(GRPOTrainer):
         self._iteration_metrics: dict[str, float] = {}
         self._iteration_start = self._update_start = time.perf_counter()
         self._empty_iteration = False
+        self.last_saved_step: int | None = None  # the iteration of the newest checkpoint this run wrote
         self.add_callback(SkipEmptyUpdate(lambda: self._empty_iteration))
 
     # -- generation: one iteration per optimizer step -----------------------------------------------
@@ -301,8 +320,24 @@ class MultiStepTrainer(GRPOTrainer):
             for child in (staging / name).iterdir():
                 os.replace(child, staging / child.name)
             (staging / name).rmdir()
-        prune_checkpoints(root, self.keep_checkpoints)
-        log.info("Saved %s", root / name)
+            write_manifest(staging, step=self.state.global_step, optimizer=not self.args.save_only_model)
+        self.last_saved_step = self.state.global_step
+        prune_checkpoints(root, self.keep_checkpoints, current=self.state.global_step)
+        log.info("Saved %s%s", root / name, " (model only)" if self.args.save_only_model else "")
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if checkpoint is None or Path(checkpoint, "optimizer.pt").is_file():
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        # A model-only checkpoint: Adam's moments restart from zero; the learning-rate schedule continues
+        # from the checkpoint's iteration.
+        log.warning(
+            "%s has no optimizer state (saved with algo.save_optimizer=false): resuming with a fresh optimizer",
+            Path(checkpoint).name,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "lr_scheduler.step() before optimizer.step()"
+            for _ in range(self.state.global_step):
+                self.lr_scheduler.step()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -351,7 +386,7 @@ def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, model_dtype: s
         remove_unused_columns=False,
         log_completions=False,
         dataloader_num_workers=0,
-        save_only_model=False,
+        save_only_model=not algo.save_optimizer,
     )
 
 
@@ -374,11 +409,11 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     run_dir.mkdir(parents=True, exist_ok=True)
     if algo.torch_threads:
         torch.set_num_threads(algo.torch_threads)
-    checkpoint = newest_checkpoint(run_dir) if resume else None
+    checkpoint = newest_valid_checkpoint(run_dir, kind="dir") if resume else None
     if checkpoint is not None:
         log.info("Resuming from %s", checkpoint)
     elif resume:
-        log.warning("No checkpoint in %s: starting from the beginning", run_dir)
+        log.warning("No usable checkpoint in %s: starting from the beginning", run_dir)
 
     # -- the policy and its two views: training rollouts and evaluation --
     model, tokenizer = load_model(cfg.model, for_training=True)
@@ -490,33 +525,34 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     minutes = algo.time_limit_minutes
     metrics_log = MetricsLog(run_dir, resume=resume)
     done_before = trainer_step(checkpoint)
+    stop = StopSignals()
+
+    def periodic_eval(step: int) -> dict[str, Any]:
+        if stop.stopping:  # a signal held during this iteration: the checkpoint comes first
+            return {}
+        return run_eval(f"eval @ {step}", algo.periodic_eval_episodes)[0]
+
     start = time.perf_counter()
-    try:
-        with progress(cfg.algo.name, total=algo.iterations) as bar:
-            if done_before:
-                bar.advance(n=done_before)
-            for callback in (
-                RolloutCacheReset(policy.backend),
-                TimeLimit(minutes * 60 if minutes else None),
-                PeriodicEval(
-                    algo.eval_every,
-                    lambda step: run_eval(f"eval @ {step}", algo.periodic_eval_episodes)[0],
-                    pending,
-                ),
-                CheckpointEvery(algo.checkpoint_every),
-                MetricsWriter(metrics_log, bar, pending, METRIC_RENAMES),
-            ):
-                trainer.add_callback(callback)
-            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    except KeyboardInterrupt:
-        # keep what was learned up to the last finished iteration, then let the CLI exit
-        step = trainer.state.global_step
-        if step > done_before and not (run_dir / f"checkpoint-{step}").exists():
-            log.warning("Interrupted: saving checkpoint-%d before exiting", step)
-            trainer._save_checkpoint(trainer.model, None)
-        raise
-    finally:
-        metrics_log.close()
+    with stop:
+        try:
+            with progress(cfg.algo.name, total=algo.iterations) as bar:
+                if done_before:
+                    bar.advance(n=done_before)
+                for callback in (
+                    RolloutCacheReset(policy.backend),
+                    TimeLimit(minutes * 60 if minutes else None),
+                    PeriodicEval(algo.eval_every, periodic_eval, pending),
+                    CheckpointEvery(algo.checkpoint_every),
+                    MetricsWriter(metrics_log, bar, pending, METRIC_RENAMES),
+                    SignalSafePoints(stop),  # after MetricsWriter: a held signal waits for the row
+                ):
+                    trainer.add_callback(callback)
+                trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        except (TrainingInterrupted, KeyboardInterrupt) as exc:
+            signum = exc.signum if isinstance(exc, TrainingInterrupted) else int(signal.SIGINT)
+            raise _save_on_stop(trainer, run_dir, signum, done_before) from None
+        finally:
+            metrics_log.close()
     train_time = time.perf_counter() - start
 
     if algo.save_final:
@@ -529,6 +565,25 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     if before is not None:
         extra["before"] = before
     return TrainResult(final, episodes, extra)
+
+
+def _save_on_stop(
+    trainer: MultiStepTrainer, run_dir: Path, signum: int, done_before: int
+) -> TrainingInterrupted:
+    """Save the last finished iteration (unless this run already saved it), and say so in the exception
+    the run exits with. The iteration in progress is lost: its rollouts are redone on resume."""
+    step = trainer.state.global_step
+    name = signal_name(signum)
+    if step > done_before and trainer.last_saved_step != step:
+        log.warning("%s: saving checkpoint-%d (the last finished iteration) before exiting", name, step)
+        trainer._save_checkpoint(trainer.model, None)
+    if step == 0:
+        return TrainingInterrupted(signum, f"stopped by {name} before the first iteration finished")
+    return TrainingInterrupted(
+        signum,
+        f"stopped by {name} after iteration {step}: checkpoint-{step} is saved;"
+        f" continue with: agentrl train resume={run_dir}",
+    )
 
 
 def trainer_step(checkpoint: Path | None) -> int:
