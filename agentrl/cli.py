@@ -226,7 +226,7 @@ def train(
     keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     # a resumed run keeps its own algo (launch reads it from the run's overrides)
     if resume is None and "resume" not in keys and "algo" not in keys:
-        overrides.insert(0, "algo=msgrpo")
+        overrides.insert(0, f"algo={TRAIN_DEFAULT_ALGO}")
     launch("train", overrides, resume=resume)
 
 
@@ -283,7 +283,11 @@ def sweep(
     overrides = list(overrides or [])
     task = task or ("train" if any(o.split("=", 1)[0] == "algo" for o in overrides) else "eval")
     if not any(o.startswith("hydra.sweep.dir=") for o in overrides):
-        stamp = datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+        from agentrl.rundir import new_run_id, run_time
+
+        # fixed here (not left to Hydra's resolvers) so the summary below knows the directory; the id keeps
+        # two sweeps started in the same millisecond apart
+        stamp = f"{datetime.now():%Y-%m-%d}/{run_time()}-{new_run_id()}"
         overrides.append(f"hydra.sweep.dir=outputs/multirun/{stamp}")
     sweep_dir = Path(next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")))
     launch(task, overrides, multirun=True)
@@ -403,10 +407,12 @@ def config(
         return
     console.print(OmegaConf.to_yaml(cfg), markup=False, highlight=False)
     if show_prompt:
-        from agentrl.agents.llm import format_prompt_preview
+        from agentrl.agents.llm import describe_interface, format_prompt_preview
 
         console.rule("prompt")
         console.print(format_prompt_preview(cfg), markup=False, highlight=False)
+        console.rule("answer mode")
+        console.print(describe_interface(cfg), markup=False, highlight=False)
 
 
 def _describe_config(cfg: Any, overrides: list[str]) -> str:

@@ -1,5 +1,7 @@
 """Typed exceptions. Library code raises these; only cli.py turns them into a one-line message."""
 
+from typing import Any
+
 
 class AgentRLError(Exception):
     """Base class: a problem the user can fix (bad config, missing package, bad run directory)."""
@@ -29,3 +31,24 @@ class RunDirError(AgentRLError):
 
 class BackendError(AgentRLError):
     """A generation backend failed (HTTP endpoint unreachable, vLLM missing)."""
+
+
+def signal_name(signum: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class TrainingInterrupted(AgentRLError):
+    """Training stopped on a signal; the exit code is 128 + the signal number."""
+
+    def __init__(self, signum: int, message: str | None = None):
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
+        super().__init__(message or f"stopped by {signal_name(self.signum)}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # multirun launchers pickle a job's exception
+        return (type(self), (self.signum, str(self)))

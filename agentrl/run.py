@@ -83,6 +83,14 @@ def check_job(overrides: list[str]) -> DictConfig:
         from agentrl.agents.dqn import dqn_model_path
 
         dqn_model_path(cfg.agent.path)  # a missing or wrong path fails here, before a run directory exists
+    if cfg.task == "eval":
+        from agentrl.agents import check_agent
+
+        check_agent(cfg)  # a human player without a terminal, a model that cannot be found
+    if cfg.task == "train" and cfg.get("algo") is not None and cfg.algo.name in LLM_ALGOS:
+        from agentrl.models import check_model
+
+        check_model(cfg.model)
     if cfg.task == "train":
         if cfg.get("algo") is None:
             raise ConfigError(f"train needs algo=<name>; valid choices: {', '.join(sorted(TRAINERS))}")
@@ -113,8 +121,8 @@ class TrainedModel:
 
 def trained_model(value: str | Path) -> TrainedModel:
     """The model `from_run=<value>` evaluates: a training run directory (its final model, else its
-    newest checkpoint), or a `final/` or `checkpoint-N` inside one."""
-    from agentrl.runlog import list_checkpoints
+    newest intact checkpoint), or a `final/` or `checkpoint-N` inside one."""
+    from agentrl.runlog import newest_valid_checkpoint
 
     what = "cannot evaluate from_run"
     path = Path(str(value)).expanduser().resolve()
@@ -133,7 +141,7 @@ def trained_model(value: str | Path) -> TrainedModel:
     else:
         candidates = [given] if given is not None else [root / "final"]
         if given is None:
-            candidates += [p for _, p in reversed(list_checkpoints(root)) if p.is_dir()]
+            candidates.append(newest_valid_checkpoint(root, kind="dir"))
         model = next((p for p in candidates if _holds_model(p)), None)
         if model is None:
             where = given.name if given is not None else "final/ nor a checkpoint-N/"
@@ -141,8 +149,8 @@ def trained_model(value: str | Path) -> TrainedModel:
     return TrainedModel(run, model, model.relative_to(root).as_posix())
 
 
-def _holds_model(path: Path) -> bool:
-    return path.is_dir() and any((path / f).is_file() for f in ("config.json", "adapter_config.json"))
+def _holds_model(path: Path | None) -> bool:
+    return path is not None and path.is_dir() and any((path / f).is_file() for f in ("config.json", "adapter_config.json"))
 
 
 def from_run_overrides(trained: TrainedModel, extra: list[str]) -> list[str]:

@@ -24,6 +24,7 @@ RANKS = {
     "agentrl.algos": 4,
     "agentrl.trainers": 5,
     "agentrl.report": 5,
+    "agentrl.rundir": 6,
     "agentrl.run": 6,
     "agentrl.cli": 7,
     "agentrl.__main__": 8,

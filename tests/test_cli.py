@@ -148,8 +148,9 @@ def test_slurm_launcher_config_composes():
     assert compose_config(["agent=random"]).agent.name == "random"
 
 
-def test_play_reprompts_on_illegal_move():
+def test_play_reprompts_on_illegal_move(monkeypatch):
     # tic-tac-toe vs a random opponent: '0' and 'x' are illegal, then legal cells until the game ends
+    monkeypatch.setattr("agentrl.agents.baselines.stdin_is_interactive", lambda: True)
     moves = "0\nx\n" + "\n".join(str(c) for c in range(1, 10)) * 2 + "\n"
     result = runner.invoke(app, ["play", "env=tictactoe", "seed=1"], input=moves)
     assert result.exit_code == 0, result.output

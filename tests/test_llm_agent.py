@@ -413,6 +413,7 @@ def test_config_show_prompt_prints_the_exact_prompt():
         app, ["config", "env=frozenlake", "model=tiny-random", "agent.prefill='I move'", "--show-prompt"]
     )
     assert result.exit_code == 0, result.output
-    prompt = result.output.split("prompt", 1)[-1]
+    prompt, mode = result.output.split("prompt", 1)[-1].split("answer mode", 1)
     assert "Frozen" in prompt and "Valid actions: left, down, right, up" in prompt
-    assert prompt.rstrip().endswith("I move")  # the assistant turn starts with the prefill
+    assert prompt.rstrip("─ \n").endswith("I move")  # the assistant turn starts with the prefill
+    assert "I move" in mode

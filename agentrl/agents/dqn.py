@@ -73,8 +73,9 @@ class DQNAgent(PolicyAgent):
 def dqn_model_path(path: str | Path | None) -> Path:
     """The SB3 zip that `agent.path` names: a zip as given; a run directory's final model
     (`final/model.zip`, written at the end of training) or else its newest `checkpoint-N.zip`
-    (a run that was stopped before the end). ConfigError / RunDirError with one line otherwise."""
-    from agentrl.runlog import list_checkpoints
+    (a run that was stopped before the end) whose manifest checks out. ConfigError / RunDirError with
+    one line otherwise."""
+    from agentrl.runlog import newest_valid_checkpoint
 
     if path is None or not str(path).strip():
         raise ConfigError(PATH_REQUIRED)
@@ -87,10 +88,10 @@ def dqn_model_path(path: str | Path | None) -> Path:
         return path
     if (path / FINAL_MODEL).is_file():
         return path / FINAL_MODEL
-    zips = [p for _, p in list_checkpoints(path) if p.is_file()]
-    if not zips:
-        raise RunDirError(f"no DQN model in {path}: neither {FINAL_MODEL} nor a checkpoint-N.zip")
-    return zips[-1]
+    newest = newest_valid_checkpoint(path, kind="zip")
+    if newest is None:
+        raise RunDirError(f"no DQN model in {path}: neither {FINAL_MODEL} nor an intact checkpoint-N.zip")
+    return newest
 
 
 def trained_env(model_path: Path) -> str | None:

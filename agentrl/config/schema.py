@@ -659,7 +659,7 @@ class MSGRPOConfig(Schema):
     )
     eval_before: bool = setting(True, "evaluate the base policy before training (eval.json before)")
     checkpoint_every: int = setting(
-        25, "iterations between checkpoint-<iteration>/ (0: only on Ctrl-C and at the end)", ge=0
+        25, "iterations between checkpoint-<iteration>/ (0: only on a stop signal)", ge=0
     )
     keep_checkpoints: int = setting(
         2, "newest checkpoints kept (optimizer state makes them ~3x the model)", ge=1
@@ -668,7 +668,7 @@ class MSGRPOConfig(Schema):
         True, "checkpoints hold optimizer, scheduler, RNG state (exact resume); false: model only"
     )
     save_final: bool = setting(True, "write the trained model (or LoRA adapter) to final/")
-    torch_threads: int | None = setting(None, "torch.set_num_threads on CPU (null: torch's default)", ge=1)
+    torch_threads: int | None = setting(None, "torch.set_num_threads on CPU (null: the free cores, unless $OMP_NUM_THREADS is set)", ge=1)
 
 
 @dataclass

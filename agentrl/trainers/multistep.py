@@ -52,6 +52,7 @@ from omegaconf import DictConfig, OmegaConf
 from trl import GRPOConfig, GRPOTrainer
 
 from agentrl.algos import LLM_ALGORITHMS
+from agentrl.console import set_torch_threads
 from agentrl.errors import ConfigError
 from agentrl.rollout import collect_groups, informative_group_count
 from agentrl.runlog import (
@@ -407,8 +408,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     algo = typed(cfg.algo)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if algo.torch_threads:
-        torch.set_num_threads(algo.torch_threads)
+    set_torch_threads(algo.torch_threads)
     checkpoint = newest_valid_checkpoint(run_dir, kind="dir") if resume else None
     if checkpoint is not None:
         log.info("Resuming from %s", checkpoint)

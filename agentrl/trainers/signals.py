@@ -21,32 +21,13 @@ import signal
 import threading
 from typing import Any
 
-from agentrl.errors import AgentRLError
+from agentrl.errors import TrainingInterrupted, signal_name
 
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS: tuple[int, ...] = tuple(
     s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR1", None)) if s is not None
 )
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-class TrainingInterrupted(AgentRLError):
-    """Training stopped on a signal; the exit code is 128 + the signal number."""
-
-    def __init__(self, signum: int, message: str | None = None):
-        self.signum = int(signum)
-        self.exit_code = 128 + self.signum
-        super().__init__(message or f"stopped by {signal_name(self.signum)}")
-
-    def __reduce__(self) -> tuple[Any, ...]:  # multirun launchers pickle a job's exception
-        return (type(self), (self.signum, str(self)))
 
 
 class StopSignals:
