@@ -150,7 +150,11 @@ def trained_model(value: str | Path) -> TrainedModel:
 
 
 def _holds_model(path: Path | None) -> bool:
-    return path is not None and path.is_dir() and any((path / f).is_file() for f in ("config.json", "adapter_config.json"))
+    return (
+        path is not None
+        and path.is_dir()
+        and any((path / f).is_file() for f in ("config.json", "adapter_config.json"))
+    )
 
 
 def from_run_overrides(trained: TrainedModel, extra: list[str]) -> list[str]:

@@ -668,7 +668,9 @@ class MSGRPOConfig(Schema):
         True, "checkpoints hold optimizer, scheduler, RNG state (exact resume); false: model only"
     )
     save_final: bool = setting(True, "write the trained model (or LoRA adapter) to final/")
-    torch_threads: int | None = setting(None, "torch.set_num_threads on CPU (null: the free cores, unless $OMP_NUM_THREADS is set)", ge=1)
+    torch_threads: int | None = setting(
+        None, "torch.set_num_threads on CPU (null: the free cores, unless $OMP_NUM_THREADS is set)", ge=1
+    )
 
 
 @dataclass
