@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import interrupt_rollout, logged_iterations
 from typer.testing import CliRunner
 
 from agentrl.cli import app
@@ -47,10 +48,6 @@ DQN = [
     "algo.target_update_interval=250",
     "algo.log_every=500",
 ]
-
-
-def _iterations(run: Path) -> list[int]:
-    return [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 def _train_until_signal(run: Path, overrides: list[str], signum: int, rows: int) -> tuple[int, str]:
@@ -128,7 +125,7 @@ def test_sigterm_during_msgrpo_saves_the_last_iteration_then_resume_continues(tm
     code, output = _train_until_signal(run, overrides, signal.SIGTERM, rows=1)
     assert code == 143, output[-3000:]
     assert "stopped by SIGTERM after iteration" in output
-    done = _iterations(run)
+    done = logged_iterations(run)
     assert done == list(range(1, len(done) + 1))
     # at most the iteration in progress is lost: the checkpoint holds every logged iteration
     assert newest_valid_checkpoint(run) == run / f"checkpoint-{done[-1]}"
@@ -138,7 +135,7 @@ def test_sigterm_during_msgrpo_saves_the_last_iteration_then_resume_continues(tm
     total = done[-1] + 2
     result = CliRunner().invoke(app, ["train", f"resume={run}", f"algo.iterations={total}"])
     assert result.exit_code == 0, result.output
-    assert _iterations(run) == list(range(1, total + 1))  # continuous, no duplicate
+    assert logged_iterations(run) == list(range(1, total + 1))  # continuous, no duplicate
 
 
 def _msgrpo_cfg(*overrides: str) -> Any:
@@ -163,7 +160,7 @@ def test_a_signal_during_the_periodic_eval_waits_for_the_iterations_row(tmp_path
     with pytest.raises(TrainingInterrupted) as caught:
         train_llm(cfg, tmp_path)
     assert caught.value.exit_code == 143
-    assert _iterations(tmp_path) == [1, 2]
+    assert logged_iterations(tmp_path) == [1, 2]
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert "eval/success_rate" in rows[1]  # the eval that was running finished into its row
     assert newest_valid_checkpoint(tmp_path) == tmp_path / "checkpoint-2"
@@ -182,24 +179,14 @@ def test_damaged_newest_msgrpo_checkpoint_falls_back_to_the_older_one(tmp_path, 
         train_llm(_msgrpo_cfg(*overrides), tmp_path, resume=True)
     assert "Skipping checkpoint-2: model.safetensors has" in caplog.text
     assert f"Resuming from {tmp_path / 'checkpoint-1'}" in caplog.text
-    assert _iterations(tmp_path) == [1, 2, 3]
+    assert logged_iterations(tmp_path) == [1, 2, 3]
     assert checkpoint_problem(tmp_path / "checkpoint-2") is None  # written again by the resumed run
 
 
 def test_model_only_checkpoint_resumes_with_a_fresh_optimizer(tmp_path, monkeypatch, caplog):
-    import agentrl.rollout
     from agentrl.trainers.multistep import train_llm
 
-    calls = {"n": 0}
-    real_rollout = agentrl.rollout.rollout
-
-    def interrupted_rollout(*args: Any, **kwargs: Any):
-        calls["n"] += 1
-        if calls["n"] == 3:  # during the third iteration's rollout
-            raise KeyboardInterrupt
-        return real_rollout(*args, **kwargs)
-
-    monkeypatch.setattr(agentrl.rollout, "rollout", interrupted_rollout)
+    real_rollout = interrupt_rollout(monkeypatch, 3)  # during the third iteration's rollout
     overrides = [
         "algo.save_optimizer=false",
         "algo.eval_every=0",
@@ -215,7 +202,7 @@ def test_model_only_checkpoint_resumes_with_a_fresh_optimizer(tmp_path, monkeypa
     assert not (saved / "optimizer.pt").exists() and not (saved / "scheduler.pt").exists()
     assert json.loads(manifest_path(saved).read_text())["optimizer"] is False
 
-    monkeypatch.setattr(agentrl.rollout, "rollout", real_rollout)
+    monkeypatch.setattr("agentrl.rollout.rollout", real_rollout)
     with caplog.at_level(logging.INFO):
         train_llm(_msgrpo_cfg("algo.iterations=3", *overrides), tmp_path, resume=True)
     assert "checkpoint-2 has no optimizer state" in caplog.text
@@ -236,13 +223,13 @@ def test_signal_during_dqn_saves_a_checkpoint_then_resume_continues(tmp_path, si
     (steps, path), *others = reversed(list_checkpoints(run))
     assert not others and checkpoint_problem(path) is None  # the one checkpoint: the signal's
     assert steps % 4 == 0  # at the end of a train_freq chunk: SB3's cadence carries on after resume
-    done = _iterations(run)
+    done = logged_iterations(run)
     assert done == list(range(500, steps + 1, 500))  # every row up to the step it stopped at
 
     total = (steps // 500 + 2) * 500
     result = CliRunner().invoke(app, ["train", f"resume={run}", f"algo.total_timesteps={total}"])
     assert result.exit_code == 0, result.output
-    assert _iterations(run) == list(range(500, total + 1, 500))
+    assert logged_iterations(run) == list(range(500, total + 1, 500))
     assert json.loads((run / "eval.json").read_text())["total_timesteps"] == total
 
 
@@ -259,5 +246,5 @@ def test_damaged_newest_dqn_checkpoint_falls_back_to_the_older_one(tmp_path, cap
     assert "Skipping checkpoint-2000.zip: checkpoint-2000.zip has" in caplog.text
     assert "from step 1000 of 3000" in caplog.text
     assert result.extra["total_timesteps"] == 3000
-    assert _iterations(tmp_path) == [500, 1000, 1500, 2000, 2500, 3000]
+    assert logged_iterations(tmp_path) == [500, 1000, 1500, 2000, 2500, 3000]
     assert checkpoint_problem(newest) is None  # written again by the resumed run

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import logged_iterations
 from typer.testing import CliRunner
 
 from agentrl.agents.baselines import RandomAgent
@@ -53,10 +54,6 @@ def _quiet(monkeypatch):
     torch.set_num_threads(threads)
 
 
-def _iterations(run_dir: Path) -> list[int]:
-    return [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
 def test_short_run_writes_eval_checkpoints_and_resumes(tmp_path):
     run_dir = tmp_path / "run"
     cfg = compose_config([*FAST, "algo.total_timesteps=2000"])
@@ -81,7 +78,7 @@ def test_short_run_writes_eval_checkpoints_and_resumes(tmp_path):
     assert not (run_dir / "checkpoint-1000.replay.pkl").exists()  # only the newest buffer is kept
     assert (run_dir / "final" / "model.zip").is_file()
     assert (run_dir / "sb3" / "progress.csv").is_file() and any((run_dir / "tb").iterdir())
-    assert _iterations(run_dir) == [500, 1000, 1500, 2000]
+    assert logged_iterations(run_dir) == [500, 1000, 1500, 2000]
     first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     assert {"mean_return", "success_rate", "loss", "exploration_rate"} <= set(first)
 
@@ -92,7 +89,7 @@ def test_short_run_writes_eval_checkpoints_and_resumes(tmp_path):
     saved = json.loads((run_dir / "eval.json").read_text())
     assert saved["total_timesteps"] == 3000  # continued from 2000, not restarted
     assert saved["train_time_s"] >= first["train_time_s"]
-    assert _iterations(run_dir) == [500, 1000, 1500, 2000, 2500, 3000]  # no step logged twice
+    assert logged_iterations(run_dir) == [500, 1000, 1500, 2000, 2500, 3000]  # no step logged twice
     assert [s for s, _ in list_checkpoints(run_dir)] == [1000, 2000, 3000]
     assert (run_dir / "sb3" / "resume-2000" / "progress.csv").is_file()
     assert json.loads((run_dir / "final" / "dqn.json").read_text())["steps"] == 3000

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import interrupt_rollout
 
 from agentrl.config import compose_config, typed
 from agentrl.envs.base import TextEnv
@@ -453,18 +454,7 @@ def test_policy_becomes_state_dependent(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_saves_a_checkpoint_then_resume_continues(tmp_path, monkeypatch):
-    import agentrl.rollout
-
-    calls = {"n": 0}
-    real_rollout = agentrl.rollout.rollout
-
-    def interrupted_rollout(*args: Any, **kwargs: Any):
-        calls["n"] += 1
-        if calls["n"] == 3:  # during the third iteration's rollout
-            raise KeyboardInterrupt
-        return real_rollout(*args, **kwargs)
-
-    monkeypatch.setattr(agentrl.rollout, "rollout", interrupted_rollout)
+    real_rollout = interrupt_rollout(monkeypatch, 3)  # during the third iteration's rollout
     overrides = [
         "algo.group_size=2",
         "algo.groups_per_iteration=1",
@@ -480,6 +470,6 @@ def test_ctrl_c_saves_a_checkpoint_then_resume_continues(tmp_path, monkeypatch):
     assert caught.value.exit_code == 130 and "after iteration 2: checkpoint-2 is saved" in str(caught.value)
     assert newest_checkpoint(tmp_path).name == "checkpoint-2"
     assert checkpoint_problem(tmp_path / "checkpoint-2") is None  # with its manifest
-    monkeypatch.setattr(agentrl.rollout, "rollout", real_rollout)
+    monkeypatch.setattr("agentrl.rollout.rollout", real_rollout)
     train_llm(make_cfg("algo.iterations=3", *overrides), tmp_path, resume=True)
     assert [r["iteration"] for r in metrics_rows(tmp_path)] == [1, 2, 3]

@@ -8,8 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+from helpers import logged_iterations
 from typer.testing import CliRunner
 
 from agentrl import rundir
@@ -28,10 +28,6 @@ TINY = [
 ]
 
 
-def _iterations(run: Path) -> list[int]:
-    return [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-
 def test_train_msgrpo_two_iterations_through_the_cli(tmp_path):
     run = tmp_path / "run"
     args = ["train", *TINY, "algo.iterations=2", "algo.eval_every=1", f"hydra.run.dir={run}"]
@@ -40,12 +36,12 @@ def test_train_msgrpo_two_iterations_through_the_cli(tmp_path):
     saved = json.loads((run / "eval.json").read_text())
     assert saved["algo"] == "msgrpo" and saved["model"] == "tiny-random"
     assert {"success_rate", "mean_return", "before", "train_time_s"} <= set(saved)
-    assert _iterations(run) == [1, 2]
+    assert logged_iterations(run) == [1, 2]
     assert (run / "final" / "config.json").is_file()
     assert (run / ".hydra" / "config.yaml").is_file()
 
 
-def test_killed_run_resumes_without_duplicate_iterations(tmp_path):
+def test_killed_run_resumes_without_duplicatelogged_iterations(tmp_path):
     run = tmp_path / "run"
     cmd = [
         sys.executable,
@@ -77,7 +73,7 @@ def test_killed_run_resumes_without_duplicate_iterations(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    killed_at = max(_iterations(run))
+    killed_at = max(logged_iterations(run))
     assert killed_at >= 2
     assert not (run / "eval.json").exists()
     # SIGKILL left status.json at running; its lock names a dead process
@@ -91,7 +87,7 @@ def test_killed_run_resumes_without_duplicate_iterations(tmp_path):
         app, ["train", f"resume={run}", f"algo.iterations={total}"], catch_exceptions=False
     )
     assert result.exit_code == 0, result.output
-    steps = _iterations(run)
+    steps = logged_iterations(run)
     assert steps == list(range(1, total + 1)), steps  # parses, continues, no duplicate iteration
     saved = json.loads((run / "eval.json").read_text())
     assert saved["iterations"] == total
