@@ -1,5 +1,5 @@
 """The `agentrl` command line. Every command is thin: it parses, then calls run.py / evaluation.py /
-report.py. Overrides are plain Hydra syntax: `key=value`, `group=option`, `+new=value`."""
+report/. Overrides are plain Hydra syntax: `key=value`, `group=option`, `+new=value`."""
 
 from __future__ import annotations
 
