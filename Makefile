@@ -28,11 +28,13 @@ test-slow: install
 
 # The main job on the embedded model: a short MS-GRPO run on Frozen Lake (CPU, a few minutes),
 # before/after greedy eval in eval.json, then tables and learning-curve plots from `agentrl report`.
+# No checkpoints or final model (a checkpoint of the 135M model is 0.5-1.6 GB): the demo writes a few MB.
 DEMO_DIR ?= outputs/demo
 demo: install
 	rm -rf $(DEMO_DIR)
 	$(BIN)/agentrl train experiment=frozenlake_learn algo.iterations=4 algo.time_limit_minutes=null \
-		algo.eval_every=2 algo.checkpoint_every=2 hydra.run.dir=$(DEMO_DIR)/train_frozenlake_msgrpo
+		algo.eval_every=2 algo.checkpoint_every=0 algo.save_final=false \
+		hydra.run.dir=$(DEMO_DIR)/train_frozenlake_msgrpo
 	$(BIN)/agentrl report $(DEMO_DIR)
 
 lint: install
