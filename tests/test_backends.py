@@ -372,7 +372,7 @@ def test_openai_timeouts_are_retried_logged_and_bounded(silent_server, caplog):
     backend = build_backend(compose_config(overrides).model)
     assert backend.timeout == 0.5 and backend.retries == 1
     start = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="agentrl.agents.backends"):
+    with caplog.at_level(logging.WARNING, logger="agentrl.agents.backends.openai"):
         with pytest.raises(BackendError) as raised:
             backend.generate_chat([CONVERSATION] * 3, SamplingConfig())
     elapsed = time.perf_counter() - start
@@ -381,14 +381,14 @@ def test_openai_timeouts_are_retried_logged_and_bounded(silent_server, caplog):
     url = f"{silent_server}/chat/completions"
     assert "\n" not in message
     assert f"request to {url} failed after 2 attempts: no answer within model.timeout=0.5 s" in message
-    retries = [r.getMessage() for r in caplog.records if r.name == "agentrl.agents.backends"]
+    retries = [r.getMessage() for r in caplog.records if r.name == "agentrl.agents.backends.openai"]
     assert retries == [f"openai backend: {url}: no answer within model.timeout=0.5 s; retry 1 of 1 in 0.5 s"]
 
 
 def test_openai_refused_connection_and_server_errors(chat_server, caplog):
     backend = OpenAIBackend("http://127.0.0.1:9/v1", "m", api_key_env=None, retries=2, timeout=2)
     start = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="agentrl.agents.backends"):
+    with caplog.at_level(logging.WARNING, logger="agentrl.agents.backends.openai"):
         with pytest.raises(BackendError, match=r"127\.0\.0\.1:9/v1/chat/completions failed after 3 attempts"):
             backend.generate_chat([CONVERSATION], SamplingConfig())
     assert time.perf_counter() - start < 3.0  # waits of 0.5 and 1 s, no wait after the last attempt

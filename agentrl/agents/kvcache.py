@@ -1,4 +1,4 @@
-"""KV-cache helpers shared by generation (agents/backends.py) and training (trainers/logps.py).
+"""KV-cache helpers shared by generation (agents/backends/) and training (trainers/logps.py).
 
 Prompts of one env share a long head (chat template + the env's instructions), and in a lockstep batch
 many rows share a whole prompt (the episodes of a group start from one observation; a small grid has few
