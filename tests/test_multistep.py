@@ -108,7 +108,10 @@ def one_update(
     algo = typed(cfg.algo)
     torch.manual_seed(0)
     model, tokenizer = load_model(cfg.model, for_training=True)
-    args = grpo_config(algo, tmp_path, "cpu", 0)
+    precision = {"auto": "fp32"}.get(algo.precision, algo.precision)
+    if precision == "bf16-pure":
+        model = model.to(torch.bfloat16)
+    args = grpo_config(algo, tmp_path, "cpu", 0, precision)
     trainer = MultiStepTrainer(
         model=model,
         reward_funcs=[lambda **kw: [0.0]],
@@ -154,6 +157,46 @@ def test_update_with_nonzero_advantages_changes_every_trainable_parameter(tmp_pa
     _, before, after = one_update(tmp_path, rows([1.0, -1.0, 0.5, -0.5]))
     unchanged = [n for n in before if torch.equal(before[n], after[n])]
     assert unchanged == []
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+def test_a_tiny_learning_rate_still_moves_the_weights(tmp_path, precision):
+    """At the paper's lr of 1e-6 almost every weight element must change: fp32 master weights keep the
+    update, also under bf16 autocast. With bf16 weights (bf16-pure) most of it is rounded away."""
+    _, before, after = one_update(
+        tmp_path, rows([1.0, -1.0, 0.5, -0.5]), "algo.learning_rate=1e-6", f"algo.precision={precision}"
+    )
+    moved = sum(int((before[n] != after[n]).sum()) for n in before) / sum(t.numel() for t in before.values())
+    assert moved > 0.9, moved
+
+
+@pytest.mark.parametrize(("precision", "autocast"), [("fp32", False), ("bf16-mixed", True)])
+def test_bf16_mixed_runs_the_update_under_autocast(tmp_path, monkeypatch, precision, autocast):
+    from agentrl.trainers import multistep
+
+    seen = []
+    real = multistep.shared_prefix_logps
+
+    def spy(model: Any, *args: Any, **kwargs: Any):
+        # inside the model's forward, where accelerate applies autocast
+        layer = model.get_decoder().layers[0]
+        hook = layer.register_forward_hook(lambda *_: seen.append(torch.is_autocast_enabled("cpu")))
+        try:
+            return real(model, *args, **kwargs)
+        finally:
+            hook.remove()
+
+    monkeypatch.setattr(multistep, "shared_prefix_logps", spy)
+    one_update(tmp_path, rows([1.0, -1.0]), f"algo.precision={precision}")
+    assert seen and set(seen) == {autocast}
+
+
+def test_bf16_weights_lose_tiny_updates(tmp_path):
+    _, before, after = one_update(
+        tmp_path, rows([1.0, -1.0, 0.5, -0.5]), "algo.learning_rate=1e-6", "algo.precision=bf16-pure"
+    )
+    moved = sum(int((before[n] != after[n]).sum()) for n in before) / sum(t.numel() for t in before.values())
+    assert moved < 0.5, moved
 
 
 @pytest.mark.parametrize("samples", [[], rows([0.0, 0.0, 0.0])], ids=["no-rows", "zero-advantages"])

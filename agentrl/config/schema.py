@@ -635,6 +635,12 @@ class MSGRPOConfig(Schema):
     )
     entropy_coef: float = setting(0.0, "TRL entropy bonus (0: off)")
     gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass (saves memory)")
+    precision: str = setting(
+        "auto",
+        "fp32 | bf16-mixed (fp32 master weights, bf16 autocast) | bf16-pure (bf16 weights: updates smaller than "
+        "bf16's resolution are lost) | auto: bf16-mixed on CUDA, fp32 on CPU",
+        choices=("auto", "fp32", "bf16-mixed", "bf16-pure"),
+    )
     shared_prefix: bool = setting(True, "run each distinct prompt once per batch (rollout and update; exact)")
     trainable_layers: int | None = setting(
         None, "full FT of only the top N decoder layers (+ final norm); null or 0: all", ge=0

@@ -344,7 +344,16 @@ class MultiStepTrainer(GRPOTrainer):
 # ---------------------------------------------------------------------------------------------------------
 # the training run
 # ---------------------------------------------------------------------------------------------------------
-def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, model_dtype: str = "auto") -> GRPOConfig:
+def resolve_precision(precision: str, device: str) -> str:
+    """`algo.precision` on `device`: "auto" is bf16-mixed on CUDA and fp32 elsewhere. Mixed precision keeps
+    fp32 master weights, because a bf16 weight cannot take an update below ~1/256 of its own size: at
+    the paper's lr of 1e-6 almost every update would be rounded away."""
+    if precision == "auto":
+        return "bf16-mixed" if device.startswith("cuda") else "fp32"
+    return precision
+
+
+def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str = "fp32") -> GRPOConfig:
     """TRL GRPOConfig from the typed algo config: one optimizer step per iteration, no TRL-side logging."""
     scheduler = algo.lr_scheduler
     if scheduler == "constant" and algo.warmup_steps > 0:
@@ -376,7 +385,7 @@ def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, model_dtype: s
         entropy_coef=algo.entropy_coef,
         # TRL recomputes log-probs as log_softmax(logits / temperature), like the sampler: keep them equal
         temperature=algo.temperature,
-        bf16=cuda and model_dtype in ("auto", "bf16", "bfloat16"),
+        bf16=precision == "bf16-mixed",  # autocast over fp32 weights (CPU autocast too)
         use_cpu=not cuda,
         logging_steps=1,
         save_strategy="no",  # CheckpointEvery asks for saves at our cadence
@@ -402,7 +411,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     from agentrl.config import typed
     from agentrl.envs import env_factory
     from agentrl.evaluation import eval_seeds, evaluate
-    from agentrl.models import freeze_layers, load_model
+    from agentrl.models import freeze_layers, load_model, model_config, resolve_device
 
     spec = LLM_ALGORITHMS[cfg.algo.name]
     algo = typed(cfg.algo)
@@ -416,7 +425,17 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
         log.warning("No usable checkpoint in %s: starting from the beginning", run_dir)
 
     # -- the policy and its two views: training rollouts and evaluation --
-    model, tokenizer = load_model(cfg.model, for_training=True)
+    model_cfg = model_config(cfg.model)
+    device = resolve_device(model_cfg.device)
+    precision = resolve_precision(algo.precision, device)
+    if precision == "bf16-pure":
+        log.warning("algo.precision=bf16-pure: updates smaller than bf16's resolution are lost (use bf16-mixed)")
+    # the trainable weights are fp32 unless bf16-pure; under LoRA only the adapters train (PEFT keeps them
+    # fp32), so the frozen base can stay bf16 with mixed precision
+    lora_base = precision == "bf16-mixed" and model_cfg.lora.r > 0
+    dtype = "bfloat16" if precision == "bf16-pure" or lora_base else "float32"
+    model, tokenizer = load_model(dataclasses.replace(model_cfg, dtype=dtype), for_training=True)
+    log.info("Precision: %s (weights %s)", precision, dtype)
     log.info("Trainable parameters: %d", freeze_layers(model, algo.trainable_layers))
     policy = build_llm_agent(cfg, model=model, tokenizer=tokenizer, share_prompts=algo.shared_prefix)
     max_new = algo.max_new_tokens or policy.sampling.max_new_tokens
@@ -508,7 +527,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
         return credit.samples, metrics
 
     # -- TRL --
-    args = grpo_config(algo, run_dir, str(next(model.parameters()).device), seed, str(cfg.model.dtype))
+    args = grpo_config(algo, run_dir, device, seed, precision)
     trainer = MultiStepTrainer(
         model=model,
         reward_funcs=[_unused_reward],
