@@ -429,7 +429,9 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     device = resolve_device(model_cfg.device)
     precision = resolve_precision(algo.precision, device)
     if precision == "bf16-pure":
-        log.warning("algo.precision=bf16-pure: updates smaller than bf16's resolution are lost (use bf16-mixed)")
+        log.warning(
+            "algo.precision=bf16-pure: updates smaller than bf16's resolution are lost (use bf16-mixed)"
+        )
     # the trainable weights are fp32 unless bf16-pure; under LoRA only the adapters train (PEFT keeps them
     # fp32), so the frozen base can stay bf16 with mixed precision
     lora_base = precision == "bf16-mixed" and model_cfg.lora.r > 0
