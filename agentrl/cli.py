@@ -44,6 +44,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+DryRun = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Compose and check the config, run the pre-launch checks and print what would run; "
+        "no model loads, no run directory is created",
+    ),
+]
+
 Overrides = Annotated[
     list[str] | None,
     typer.Argument(
@@ -53,6 +62,8 @@ Overrides = Annotated[
 
 #: the algorithm `train` uses when no algo= is given
 TRAIN_DEFAULT_ALGO = "msgrpo"
+#: what `agentrl report --table` writes
+REPORT_TABLES = ("runs", "paper")
 #: the config groups each command's --help lists (algo only where a run trains)
 HELP_GROUPS = {
     "eval": ("env", "agent", "model", "experiment"),
@@ -185,7 +196,7 @@ def envs() -> None:
     ),
 )
 @_errors_to_exit
-def eval_(overrides: Overrides = None) -> None:
+def eval_(overrides: Overrides = None, dry_run: DryRun = False) -> None:
     """Evaluate an agent (LLM or classic) on held-out episodes.
 
     Plays eval.episodes episodes on held-out seeds and writes eval.json, episodes.jsonl (and
@@ -193,7 +204,18 @@ def eval_(overrides: Overrides = None) -> None:
     from agentrl.run import launch
 
     setup_logging()
+    if dry_run:
+        _print_plan("eval", list(overrides or []))
+        return
     launch("eval", list(overrides or []))
+
+
+def _print_plan(task: str, overrides: list[str], resume: Path | None = None) -> None:
+    """--dry-run: the checked config's summary and the run directory, nothing run."""
+    from agentrl.run import dry_run, plan_lines
+
+    lines = plan_lines(dry_run(task, overrides, resume=resume))
+    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command(
@@ -214,6 +236,7 @@ def train(
         Path | None,
         typer.Option("--resume", help="Continue a killed run from its newest complete checkpoint"),
     ] = None,
+    dry_run: DryRun = False,
 ) -> None:
     """Post-train an agent (algo=msgrpo by default; algo=dqn for the DQN baseline).
 
@@ -225,14 +248,19 @@ def train(
     overrides = list(overrides or [])
     keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     # a resumed run keeps its own algo (launch reads it from the run's overrides)
-    if resume is None and "resume" not in keys and "algo" not in keys:
+    # a preset that picks its algo (experiment=rlft_bandit) keeps it
+    if resume is None and "resume" not in keys and "algo" not in keys and not _preset_sets_algo(overrides):
         overrides.insert(0, f"algo={TRAIN_DEFAULT_ALGO}")
+    if dry_run:
+        _print_plan("train", overrides, resume)
+        return
     launch("train", overrides, resume=resume)
 
 
 @app.command(
     epilog=_examples(
         ("agentrl report outputs/", "every run found under outputs/"),
+        ("agentrl report outputs/multirun/2026-12-01/10-00-00 --table paper", "the paper's tables and plots"),
         (
             "agentrl report outputs/multirun/2026-12-01/10-00-00 --out reports/",
             "one sweep, written elsewhere",
@@ -243,17 +271,32 @@ def train(
 def report(
     dirs: Annotated[list[Path], typer.Argument(help="Run or sweep directories to search for runs")],
     out: Annotated[Path | None, typer.Option(help="Where to write report.md, report.csv and plots")] = None,
+    table: Annotated[
+        str,
+        typer.Option(
+            help="runs: the standard report; paper: env x method table (mean ± stderr over seeds), "
+            "zero-shot vs trained, transfer, paper_curves.png and paper_bars.png"
+        ),
+    ] = "runs",
 ) -> None:
     """Tables (markdown, CSV) and plots across runs.
 
     Writes report.md, report.csv (one row per run), report_groups.csv (mean ± stderr over seeds) and
-    PNG plots; incomplete runs are listed, never fatal."""
-    from agentrl.errors import RunDirError
+    PNG plots; incomplete runs are listed, never fatal. --table paper writes paper.md, paper.csv and
+    the paper's plots instead."""
+    from agentrl.errors import RunDirError, UnknownChoiceError
     from agentrl.report import build_report
 
+    if table not in REPORT_TABLES:
+        raise UnknownChoiceError("--table", table, REPORT_TABLES)
     missing = [str(d) for d in dirs if not d.exists()]
     if missing:
         raise RunDirError(f"no such directory: {', '.join(missing)}")
+    if table == "paper":
+        from agentrl.report.paper import build_paper_report
+
+        build_paper_report(list(dirs), out, console=console)
+        return
     build_report(list(dirs), out, console=console)
 
 
@@ -270,7 +313,11 @@ def report(
 def sweep(
     overrides: Overrides = None,
     task: Annotated[
-        str, typer.Option(help="eval or train for every job (default: train when algo= is given)")
+        str,
+        typer.Option(
+            help="eval or train for every job (default: train when algo=, an algo.* key or a training "
+            "preset is given)"
+        ),
     ] = "",
 ) -> None:
     """Run one job per combination of comma-separated values (Hydra multirun).
@@ -281,7 +328,7 @@ def sweep(
 
     setup_logging()
     overrides = list(overrides or [])
-    task = task or ("train" if any(o.split("=", 1)[0] == "algo" for o in overrides) else "eval")
+    task = task or ("train" if _sweep_trains(overrides) else "eval")
     if not any(o.startswith("hydra.sweep.dir=") for o in overrides):
         from agentrl.rundir import new_run_id, run_time
 
@@ -292,6 +339,35 @@ def sweep(
     sweep_dir = Path(next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")))
     launch(task, overrides, multirun=True)
     _print_sweep_summary(sweep_dir)
+
+
+def _sweep_trains(overrides: list[str]) -> bool:
+    """A sweep trains when it names `algo=`, an `algo.*` key, or an experiment preset that sets the algo
+    (`agentrl sweep experiment=frozenlake_learn algo.aaw.enabled=true,false`)."""
+    for override in overrides:
+        key = override.partition("=")[0].lstrip("+~")
+        if key == "algo" or key.startswith("algo."):
+            return True
+    return _preset_sets_algo(overrides)
+
+
+def _preset_sets_algo(overrides: list[str]) -> bool:
+    """An `experiment=` preset among the overrides names its algo (`override /algo: ...`)."""
+    from omegaconf import OmegaConf
+
+    from agentrl.config import CONF_DIR
+
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+~") != "experiment":
+            continue
+        for option in value.split(","):
+            path = CONF_DIR / "experiment" / f"{option.strip()}.yaml"
+            preset = OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else None
+            defaults = preset.get("defaults") if isinstance(preset, dict) else None
+            if any(isinstance(d, dict) and "override /algo" in d for d in defaults or []):
+                return True
+    return False
 
 
 def _print_sweep_summary(sweep_dir: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from agentrl.diagnostics import diagnostics_section
 from agentrl.envs import TextEnv
 from agentrl.rollout import rollout
 from agentrl.runlog import progress, write_json
@@ -78,10 +79,14 @@ def write_eval(
     episodes: Sequence[Episode],
     *,
     transcripts: bool = True,
+    ucb_c: float | None = None,
     **extra: Any,
 ) -> Path:
-    """Write run_dir/eval.json ({**extra, **metrics}), episodes.jsonl and, when any step carries an
-    LLM generation, transcripts.jsonl (prompt, completion, parsed action, valid flag, reward)."""
+    """Write run_dir/eval.json ({**extra, **metrics}, plus `diagnostics` for a bandit-like env: the
+    RLFT decision-making diagnostics of agentrl/diagnostics.py, knowing-doing judged against UCB1 with
+    `ucb_c`), episodes.jsonl and, when any step carries an LLM generation, transcripts.jsonl (prompt,
+    completion, parsed action, valid flag, reward; a scoring agent's action probabilities, an exploration
+    mark, and the env's `reason` for the last step when it gives one)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with (run_dir / "episodes.jsonl").open("w", encoding="utf-8") as f:
@@ -102,7 +107,18 @@ def write_eval(
                     if s.generation is not None:
                         row["prompt"] = s.generation.prompt_text
                         row["completion"] = s.generation.completion_text
+                        if s.generation.action_probs:  # a scoring agent's policy over the valid actions
+                            row["action_probs"] = s.generation.action_probs
+                        explored = getattr(s.generation, "exploration", None)
+                        if explored:  # an exploration mechanism chose the executed action
+                            row["explored"] = explored
+                    if t == len(ep.steps) - 1 and ep.final_info.get("reason"):
+                        row["reason"] = ep.final_info["reason"]  # why the env scored the last step so
                     f.write(json.dumps(row) + "\n")
     path = run_dir / "eval.json"
-    write_json(path, {**extra, **metrics})
+    data = {**extra, **metrics}
+    diagnostics = diagnostics_section(episodes, ucb_c=ucb_c)
+    if diagnostics is not None:
+        data["diagnostics"] = diagnostics
+    write_json(path, data)
     return path

@@ -116,12 +116,15 @@ def _lockstep(make_env, agent, seeds, group_ids, indices, agent_seed, stats, res
         for i, decision in zip(active, decisions, strict=True):
             env, episode = envs[i], episodes[i]
             obs_before = current[i][0]
-            obs, env_reward, terminated, truncated, info = env.step(decision.action)
+            # a free-text env executes the answer text when the agent gave one (an LLM), else the index
+            text = decision.text if getattr(env, "free_text_action", False) else None
+            obs, env_reward, terminated, truncated, info = env.step(decision.action if text is None else text)
+            name = env.action_names[decision.action] if text is None else env.text_action_name(text)
             episode.steps.append(
                 Step(
                     observation=obs_before,
                     action=decision.action,
-                    action_name=env.action_names[decision.action],
+                    action_name=name,
                     valid=decision.valid,
                     reward=float(env_reward) + float(decision.penalty),
                     env_reward=float(env_reward),

@@ -77,6 +77,11 @@ def check_job(overrides: list[str]) -> DictConfig:
         raise ConfigError(f"resume={cfg.resume}: continues one training run: agentrl train resume=<run dir>")
     if cfg.task == "train" and cfg.get("from_run") is not None:
         raise ConfigError(f"from_run={cfg.from_run}: is for eval (agentrl eval from_run=<run dir>)")
+    if cfg.get("from_run_env") is not None and (cfg.task != "eval" or cfg.get("from_run") is None):
+        raise ConfigError(
+            f"from_run_env={cfg.from_run_env}: evaluates a trained run on another env; give the run: "
+            "agentrl eval from_run=<run dir> (with this preset or from_run_env=<env>)"
+        )
     if cfg.task == "eval" and cfg.agent.name not in AGENTS:
         raise ConfigError(f"unknown agent {cfg.agent.name!r}; valid choices: {', '.join(AGENTS)}")
     if cfg.task == "eval" and cfg.agent.name == "dqn":
@@ -88,8 +93,10 @@ def check_job(overrides: list[str]) -> DictConfig:
 
         check_agent(cfg)  # a human player without a terminal, a model that cannot be found
     if cfg.task == "train" and cfg.get("algo") is not None and cfg.algo.name in LLM_ALGOS:
+        from agentrl.agents import check_trainable
         from agentrl.models import check_model
 
+        check_trainable(cfg.agent, cfg.algo.name)  # agent settings the trainers cannot train with
         check_model(cfg.model)
     if cfg.task == "train":
         if cfg.get("algo") is None:
@@ -149,6 +156,13 @@ def trained_model(value: str | Path) -> TrainedModel:
     return TrainedModel(run, model, model.relative_to(root).as_posix())
 
 
+def plays_trained_model(cfg: DictConfig, trained: TrainedModel) -> bool:
+    """Whether an eval config plays `trained`'s model (a command-line `model.name_or_path=` or
+    `agent.path=` may name another model while keeping the run's settings)."""
+    named = cfg.agent.get("path") if cfg.agent.name == "dqn" else cfg.model.get("name_or_path")
+    return named is not None and Path(str(named)).expanduser().resolve() == trained.path.resolve()
+
+
 def _holds_model(path: Path | None) -> bool:
     return (
         path is not None
@@ -157,12 +171,21 @@ def _holds_model(path: Path | None) -> bool:
     )
 
 
-def from_run_overrides(trained: TrainedModel, extra: list[str]) -> list[str]:
+def from_run_overrides(trained: TrainedModel, extra: list[str], env: str | None = None) -> list[str]:
     """Overrides that evaluate a trained model as its run's own final evaluation did: the run's
     overrides without the training-only keys, the model, and the evaluation's sampling settings (the
-    LLM trainer evaluates at algo.eval_temperature and algo.max_new_tokens); `extra` wins over all."""
+    LLM trainer evaluates at algo.eval_temperature and algo.max_new_tokens); `extra` wins over all.
+
+    `env` (an env option, from `from_run_env`): evaluate on that env instead (zero-shot transfer). The
+    run's env settings and its preset are dropped (they configure the env it trained on); its agent and
+    model settings, which the preset may have set, are kept as explicit overrides read from its config."""
     run = trained.run
-    previous = [o for o in run.overrides if not under(override_key(o), NOT_FOR_EVAL)]
+    dropped = NOT_FOR_EVAL + (("env", "experiment") if env else ())
+    previous = [o for o in run.overrides if not under(override_key(o), dropped)]
+    if env and run.algo != "dqn":
+        previous = merge_overrides(previous, _kept_settings(run), CONFIG_GROUPS)
+    if env:
+        previous = merge_overrides(previous, [f"env={env}"], CONFIG_GROUPS)
     if run.algo == "dqn":
         previous = [o for o in previous if not under(override_key(o), ("agent", "model"))]
         derived = ["agent=dqn", f"agent.path={quote(trained.path)}"]
@@ -174,6 +197,77 @@ def from_run_overrides(trained: TrainedModel, extra: list[str]) -> list[str]:
         if algo.get("max_new_tokens") is not None:
             derived.append(f"agent.sampling.max_new_tokens={int(algo.max_new_tokens)}")
     return merge_overrides(merge_overrides(previous, derived, CONFIG_GROUPS), extra, CONFIG_GROUPS)
+
+
+def _kept_settings(run: SavedRun) -> list[str]:
+    """A run's agent and model as overrides: each group's option, then every resolved key whose value
+    differs from that option's file (what the run's preset or command line set)."""
+    from agentrl.config import group_options, option_config
+
+    kept: list[str] = []
+    for group in ("agent", "model"):
+        node = run.config.get(group)
+        if not isinstance(node, DictConfig):
+            continue
+        values = _flat(OmegaConf.to_container(node, resolve=True))
+        option = str(node.get("name"))
+        defaults: dict[str, Any] = {}
+        if option in group_options(group):
+            kept.append(f"{group}={option}")
+            defaults = _flat(OmegaConf.to_container(option_config(group, option), resolve=True))
+        kept += [
+            f"{group}.{key}={_override_text(value)}"
+            for key, value in values.items()
+            if key not in defaults or defaults[key] != value
+        ]
+    return kept
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as {dotted key: leaf value}; an empty mapping is a leaf."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _override_text(value: Any) -> str:
+    """A config value as Hydra override text."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_override_text(v)}" for k, v in value.items()) + "}"
+    return quote(value)
+
+
+def _transfer_env(overrides: list[str]) -> str | None:
+    """The env `from_run_env` names: on the command line, else in the experiment preset named there
+    (read from its file: the preset is composed only after the run's settings are known)."""
+    from agentrl.config import group_options
+    from agentrl.errors import UnknownChoiceError
+
+    given = [o for o in overrides if override_key(o) == "from_run_env"]
+    value: Any = _value_of(given[-1]) if given else None
+    presets = [o for o in overrides if override_key(o) == "experiment"]
+    if not given and presets:
+        option = _value_of(presets[-1])
+        path = CONF_DIR / "experiment" / f"{option}.yaml"
+        if isinstance(option, str) and path.is_file():
+            value = OmegaConf.load(path).get("from_run_env")
+    if value is None or str(value) in ("", "null"):
+        return None
+    if str(value) not in group_options("env"):
+        raise UnknownChoiceError("from_run_env", str(value), group_options("env"))
+    return str(value)
 
 
 def _value_of(override: str) -> Any:
@@ -195,7 +289,7 @@ def _eval_overrides(overrides: list[str]) -> list[str]:
         return overrides
     if isinstance(value, list):
         raise ConfigError(f"from_run takes one run directory, not a sweep ({given[-1]})")
-    return from_run_overrides(trained_model(str(value)), overrides)
+    return from_run_overrides(trained_model(str(value)), overrides, env=_transfer_env(overrides))
 
 
 def _hint_from_run(overrides: list[str]) -> None:
@@ -242,11 +336,7 @@ def launch(
     global _LOCK
     overrides = list(overrides)
     if task == "train" and not multirun:
-        for item in [o for o in overrides if override_key(o) == "resume"]:
-            overrides.remove(item)
-            value = _value_of(item)
-            if value is not None and str(value) not in ("", "null"):
-                resume = str(value)
+        overrides, resume = _pop_resume(overrides, resume)
     if task == "eval":
         overrides = _eval_overrides(overrides)
     lock: RunLock | None = None
@@ -283,6 +373,130 @@ def launch(
         if lock is not None:
             lock.release()
     return list(_RESULTS)
+
+
+def _pop_resume(overrides: list[str], resume: str | Path | None) -> tuple[list[str], str | Path | None]:
+    """A train command's `resume=<dir>` overrides taken out (the command reads them; they never land in
+    the run's overrides.yaml); the last one names the run to continue."""
+    kept = [o for o in overrides if override_key(o) != "resume"]
+    for item in (o for o in overrides if override_key(o) == "resume"):
+        value = _value_of(item)
+        if value is not None and str(value) not in ("", "null"):
+            resume = str(value)
+    return kept, resume
+
+
+@dataclass
+class Plan:
+    """What a command would run (`--dry-run`): the checked config, the run directory it would use
+    (None when only Hydra can resolve it) and, for a resume, whether the run would continue."""
+
+    task: str
+    cfg: DictConfig
+    run_dir: Path | None
+    resume: bool = False
+    nothing_to_do: bool = False  # a complete run asked for no more training
+
+
+def dry_run(task: str, overrides: list[str], *, resume: str | Path | None = None) -> Plan:
+    """`launch` up to the point where it would start: the config composed and validated, the cheap
+    pre-launch checks (`check_job`: env options, agent, model source, from_run) run, the run directory
+    named; no model loads, no directory is created or locked. Raises what `launch` would raise."""
+    overrides = list(overrides)
+    if task == "train":
+        overrides, resume = _pop_resume(overrides, resume)
+    if task == "eval":
+        overrides = _eval_overrides(overrides)
+    if resume is not None:
+        run = load_train_run(Path(resume), "cannot resume")
+        cfg = check_job([f"task={task}", *resume_overrides(run, overrides)])
+        if cfg.algo.name != run.algo:
+            raise RunDirError(
+                f"cannot resume {run.root}: it trained algo={run.algo}, not algo={cfg.algo.name}"
+            )
+        done = is_complete(run.root) and not _asks_for_more(cfg, run)
+        return Plan(task, cfg, run.root, resume=True, nothing_to_do=done)
+    overrides = [f"task={task}", *overrides]
+    cfg = check_job(overrides)
+    return Plan(task, cfg, planned_run_dir(overrides))
+
+
+def plan_lines(plan: Plan) -> list[str]:
+    """The dry run's summary: env, agent, model, algo and eval with their key numbers, and the run
+    directory."""
+    from agentrl.evaluation import eval_seeds
+
+    cfg = plan.cfg
+    lines = [f"dry run: agentrl {plan.task} (config checked; no model loaded, no run directory created)"]
+
+    def settings(node: Any, skip: tuple[str, ...] = ("name",)) -> str:
+        values = _flat(OmegaConf.to_container(node, resolve=True))
+        return ", ".join(f"{k}={_shown(v)}" for k, v in values.items() if k not in skip)
+
+    lines.append(f"  env    {cfg.env.name}: {settings(cfg.env)}")
+    uses_llm = (
+        cfg.algo.name in LLM_ALGOS
+        if plan.task == "train" and cfg.get("algo") is not None
+        else cfg.agent.name == "llm"
+    )
+    if plan.task == "eval" or uses_llm:
+        lines.append(f"  agent  {cfg.agent.name}: {settings(cfg.agent)}")
+    if uses_llm:
+        m = cfg.model
+        where = f"{m.base_url} (served name {m.name})" if m.backend == "openai" else m.name_or_path
+        lora = f", LoRA r={m.lora.r}" if int(m.lora.r) > 0 else ""
+        lines.append(f"  model  {m.name}: {where} (backend {m.backend}, dtype {m.dtype}{lora})")
+    if plan.task == "train" and cfg.get("algo") is not None:
+        a = cfg.algo
+        if a.name in LLM_ALGOS:
+            per_iter = int(a.groups_per_iteration) * int(a.group_size)
+            aaw = a.get("aaw")
+            sampling = (
+                "AAW on"
+                + (f" (fraction {a.aaw.fraction})" if aaw.get("count") is None else f" ({aaw.count})")
+                if aaw is not None and aaw.enabled
+                else "uniform sampling (AAW off)"
+                if aaw is not None
+                else "every episode kept"  # algorithms without episode sampling (POAD, RLFT)
+            )
+            lines.append(
+                f"  algo   {a.name}: {a.iterations} iterations x {a.groups_per_iteration} groups x "
+                f"{a.group_size} episodes = {per_iter} episodes per iteration; lr {a.learning_rate}, "
+                f"beta {a.beta}, clip {a.epsilon}, temperature {a.temperature}, top_k {a.top_k}, "
+                f"eval temperature {a.eval_temperature}, {sampling}"
+                + (f"; time limit {a.time_limit_minutes} min" if a.get("time_limit_minutes") else "")
+            )
+        else:
+            lines.append(f"  algo   {a.name}: {settings(a)}")
+    seeds = eval_seeds(cfg)
+    lines.append(
+        f"  eval   {cfg.eval.episodes} episodes on held-out seeds {seeds[0]}..{seeds[-1]}; seed {cfg.seed}"
+    )
+    if cfg.get("from_run") is not None:
+        trained = trained_model(cfg.from_run)
+        on = OmegaConf.select(trained.run.config, "env.name")
+        played = "" if plays_trained_model(cfg, trained) else " (settings only: another model plays)"
+        lines.append(
+            f"  from_run  {trained.run.root} ({trained.checkpoint}; trained {trained.run.algo} on {on}): "
+            f"{trained.path}{played}"
+        )
+    if plan.resume:
+        state = "complete: nothing to do" if plan.nothing_to_do else "would continue in place"
+        lines.append(f"  run dir  {plan.run_dir} ({state})")
+    else:
+        where = plan.run_dir if plan.run_dir is not None else "chosen by Hydra at launch"
+        lines.append(f"  run dir  {where} (a new directory; its random id is drawn again at launch)")
+    return lines
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return repr(value) if value == "" or " " in value else value
+    return str(value)
 
 
 def _asks_for_more(cfg: DictConfig, run: SavedRun) -> bool:
@@ -392,17 +606,24 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     from agentrl.evaluation import eval_seeds, evaluate, write_eval
 
     info = describe(cfg)
-    if cfg.get("from_run") is not None:
+    trained = trained_model(cfg.from_run) if cfg.get("from_run") is not None else None
+    if trained is not None and not plays_trained_model(cfg, trained):
+        # the command named another model (e.g. the base model): the run lent only its settings, so
+        # eval.json labels the model that played and says where the settings came from
+        info["settings_from_run"] = str(trained.run.root)
+    elif trained is not None:
         # the trained algo is the agent, and eval.json says which run and checkpoint it evaluated
-        trained = trained_model(cfg.from_run)
         created = info.pop("created")
         info.update(
             agent=trained.run.algo,
             algo=trained.run.algo,
             from_run=str(trained.run.root),
             checkpoint=trained.checkpoint,
-            created=created,
         )
+        trained_env = OmegaConf.select(trained.run.config, "env.name")
+        if trained_env is not None and str(trained_env) != str(cfg.env.name):
+            info["trained_env"] = str(trained_env)  # a zero-shot transfer: report shows it apart
+        info["created"] = created
     make_env = env_factory(cfg.env)
     agent = build_agent(cfg)
     start = time.perf_counter()
@@ -419,6 +640,7 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         metrics,
         episodes,
         transcripts=cfg.eval.transcripts,
+        ucb_c=cfg.agent.get("ucb_c"),  # the planner's own c; other agents are judged at UCB1's default
         **info,
         wall_time_s=round(time.perf_counter() - start, 3),
     )

@@ -26,6 +26,13 @@ class Generation:
     completion_ids: list[int]
     #: sampling log-probabilities of each completion token (same length as completion_ids), or None
     logprobs: list[float] | None = None
+    #: agent.decision=score (agents/scoring.py): the policy's probability of every valid action, else None
+    action_probs: dict[str, float] | None = None
+    #: agent.decision=score: the scored continuation of every valid action (token ids), each one's
+    #: normaliser (word count, ...) and the index of the chosen one (for action-level training)
+    candidates: list[list[int]] | None = None
+    normalizers: list[int] | None = None
+    choice: int | None = None
 
 
 @dataclass
@@ -37,6 +44,9 @@ class Decision:
     penalty: float = 0.0  # added to the env reward (invalid-action rule)
     end_episode: bool = False  # `penalty_end` rule: stop after this step
     generation: Generation | None = None
+    #: free-text envs (`TextEnv.free_text_action`): the answer text the env executes instead of `action`
+    #: ("" when none could be extracted); None: execute the action index
+    text: str | None = None
 
 
 @dataclass
@@ -128,6 +138,13 @@ class StepSample:
     advantage: float | list[float]
     episode_index: int
     step_index: int
+    #: algorithms with a critic: the value targets and the critic's values of each completion token
+    returns: list[float] | None = None
+    old_values: list[float] | None = None
+    #: action-level rows (TWOSOME): every valid action's scored tokens, normalisers and the chosen index
+    candidates: list[list[int]] | None = None
+    normalizers: list[int] | None = None
+    choice: int | None = None
 
 
 @runtime_checkable

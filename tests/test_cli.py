@@ -80,7 +80,10 @@ def test_eval_is_deterministic(tmp_path):
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["env=nosuchenv"], "valid choices: bandit, frozenlake, snake, snake_poison, tictactoe"),
+        (
+            ["env=nosuchenv"],
+            "valid choices: bandit, contextual_bandit, datascicoding, frozenlake, kitchen, snake, snake_poison, tictactoe",
+        ),
         (["agent=nosuchagent"], "valid choices:"),
         (["eval.nosuchkey=1"], "valid keys under 'eval': episodes, lockstep, seed_offset, transcripts"),
         (["nosuchkey=1"], "unknown config key 'nosuchkey'"),
@@ -194,3 +197,18 @@ def test_train_and_report_bad_input(tmp_path):
     assert result.exit_code != 0 and "cannot resume" in result.output
     result = runner.invoke(app, ["report", str(tmp_path / "missing")])
     assert result.exit_code != 0 and "no such directory" in result.output
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("agent.decision=score", "agent.decision=score: algo=msgrpo trains generated answers"),
+        ("agent.explore.epsilon=0.1", "agent.explore applies to evaluation"),
+    ],
+)
+def test_train_refuses_agent_settings_it_cannot_train_with(tmp_path, override, message):
+    run = tmp_path / "run"
+    args = ["train", "model=tiny-random", override, f"hydra.run.dir={run}"]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 2 and message in result.output
+    assert not run.exists()  # refused before a run directory exists

@@ -87,7 +87,8 @@ def test_help_groups_are_read_from_the_config_tree(tmp_path, monkeypatch):
     monkeypatch.setattr(config_module, "CONF_DIR", conf)
     output = help_of("eval")
     assert re.search(
-        r"env\s+= snake \(default\), bandit, frozenlake, snake_poison, tictactoe, zz_new_env", output
+        r"env\s+= snake \(default\), bandit, contextual_bandit, datascicoding, frozenlake, kitchen, snake_poison,\s+tictactoe, zz_new_env",
+        output,
     )
 
 

@@ -17,7 +17,9 @@ PLANNERS: dict[str, str] = {
     "snake": "agentrl.agents.planning_grid:snake_action",
     "snake_poison": "agentrl.agents.planning_grid:snake_action",
     "bandit": "agentrl.agents.planning_games:ucb1_action",
+    "contextual_bandit": "agentrl.agents.linucb:linucb_action",
     "tictactoe": "agentrl.agents.planning_games:tictactoe_action",
+    "kitchen": "agentrl.agents.planning_kitchen:kitchen_action",
 }
 
 

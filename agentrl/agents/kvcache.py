@@ -63,6 +63,7 @@ def prefill_shared(
     prompts: list[list[int]],
     pad_id: int,
     prefix: tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None = None,
+    hidden: bool = False,
 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run distinct prompts through `model`, computing their longest common prefix once.
 
@@ -70,8 +71,9 @@ def prefill_shared(
     same weights (batch-1 key/value states per layer); they are reused instead of run again. Without it,
     a common prefix of at least MIN_SHARED_PREFIX tokens runs as one row first.
 
-    Returns (KV cache of the prompts, logits at each prompt's last token (U, V), attention mask (U, L),
-    position of each prompt's last token (U,)).
+    Returns (KV cache of the prompts, logits at each prompt's last token (U, V) — with `hidden`, the last
+    layer's hidden state there (U, H) instead —, attention mask (U, L), position of each prompt's last
+    token (U,)).
     """
     device = next(model.parameters()).device
     kwargs: dict[str, Any] = {}
@@ -94,9 +96,16 @@ def prefill_shared(
     mask = torch.cat([torch.ones((len(prompts), common), dtype=torch.long, device=device), rest_mask], dim=1)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, common:]
     out = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **kwargs
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+        output_hidden_states=hidden,
+        **kwargs,
     )
-    return output_cache(out), out.logits[:, -1, :], mask, positions[:, -1]
+    last = out.hidden_states[-1][:, -1, :] if hidden else out.logits[:, -1, :]
+    return output_cache(out), last, mask, positions[:, -1]
 
 
 __all__ = [

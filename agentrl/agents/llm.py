@@ -18,6 +18,13 @@ llm.yaml`:
   it and the model answers with ONE token (a small model mostly echoes the observation when it writes
   free text, and one token per step is the cheapest answer there is); otherwise, and always with `cot`,
   answers are free text with no prefill. An explicit `prefill` or `sampling.max_new_tokens` wins.
+- free-text envs (`TextEnv.free_text_action`, e.g. datascicoding): the answer is text, not an action
+  name. `extract_text` takes the content of the last non-empty `<action>...</action>` (or an unclosed
+  `<action>` at the end), and from it the last fenced block when it holds one; without a tag, the last
+  ```python (or plain ```) fenced block, closed or running to the end; text inside `<think>` never
+  counts. Nothing extractable is invalid: the env gets "" (it scores an empty answer) and
+  `invalid_penalty` is added; `random` has no random text to pick and acts as `penalty_default`. No
+  prefill, and `FREE_TEXT_MAX_NEW_TOKENS` unless `sampling.max_new_tokens` is set.
 
 `LLMAgent.act` renders one prompt per active episode and makes ONE batched backend call per lockstep
 step.
@@ -47,6 +54,8 @@ AUTO = "auto"
 #: token's probability on Frozen Lake's four moves at the start cell (greedy: " right") and 26% on
 #: Snake's, against 26% and 7% after "I move" (whose greedy token is " to") and 1% after "<action>".
 AUTO_PREFILL = "Move:"
+#: the default answer budget of a free-text env (code needs far more than an action name)
+FREE_TEXT_MAX_NEW_TOKENS = 1024
 # Longest completion text the parser looks at: bounds regex work on pathological inputs.
 _MAX_PARSE_CHARS = 20_000
 _STRIP_CHARS = " \t\r\n\"'`*.,;:!?()[]{}"
@@ -79,6 +88,8 @@ class TextInterface:
         self._tagged = re.compile(rf"<{tag}>(.*?)</{tag}>", re.IGNORECASE | re.DOTALL)
         self._open_tail = re.compile(rf"<{tag}>([^<]*)$", re.IGNORECASE)
         self._think = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
+        self._open_tag = re.compile(rf"<{tag}>", re.IGNORECASE)
+        self._close_tag = re.compile(rf"</{tag}>", re.IGNORECASE)
 
     @classmethod
     def from_cfg(cls, agent_cfg: Any, prefill: str | None = None) -> TextInterface:
@@ -105,6 +116,15 @@ class TextInterface:
         if self.cot:
             return f"First think step by step inside <think>...</think>, then answer with one action as <{tag}>NAME</{tag}>."
         return f"Answer with one action as <{tag}>NAME</{tag}>."
+
+    @property
+    def free_text_format(self) -> str:
+        """The answer format of a free-text env (see `extract_text`)."""
+        tag = self.answer_tag
+        answer = f"answer with your complete Python code inside <{tag}>...</{tag}>."
+        if self.cot:
+            return f"First think step by step inside <think>...</think>, then {answer}"
+        return answer[0].upper() + answer[1:]
 
     def stop_strings(self) -> tuple[str, ...]:
         """Extra stop strings: the closing answer tag ends the useful part of a completion."""
@@ -135,7 +155,10 @@ class TextInterface:
         if past:
             parts.append("Previous steps (action -> reward):\n" + "\n".join(past))
         parts.append(f"Observation:\n{ctx.observation.rstrip()}")
-        parts.append(f"Valid actions: {', '.join(valid)}\n{self.answer_format}")
+        if getattr(ctx.env, "free_text_action", False):
+            parts.append(self.free_text_format)
+        else:
+            parts.append(f"Valid actions: {', '.join(valid)}\n{self.answer_format}")
         system = self.system_prompt.strip() if self.system_prompt else instructions
         return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
@@ -182,6 +205,30 @@ class TextInterface:
         mentions = _mentions(visible, valid_actions)
         return mentions[-1] if mentions else None
 
+    def extract_text(self, text: str) -> str | None:
+        """A free-text env's answer in a completion (module docstring), or None. Never raises."""
+        try:
+            return self._extract_text(str(text)[-_MAX_PARSE_CHARS:])
+        except Exception:  # a parser bug must not crash a rollout: count it as an invalid answer
+            log.debug("text extraction failed on %r", text, exc_info=True)
+            return None
+
+    def _extract_text(self, text: str) -> str | None:
+        visible = self._think.sub(" ", text)
+        if "<think>" in visible.lower():  # reasoning never closed: everything is reasoning
+            return None
+        answers = []
+        for start in self._open_tag.finditer(visible):
+            rest = visible[start.end() :]
+            end = self._close_tag.search(rest)
+            answers.append(rest[: end.start()] if end else rest)
+        for answer in reversed(answers):  # the last non-empty answer counts
+            if answer.strip():
+                fenced = _fenced_blocks(answer)
+                return (fenced[-1] if fenced else answer).strip("\n") + "\n"
+        fenced = _fenced_blocks(visible)
+        return fenced[-1].strip("\n") + "\n" if fenced else None
+
     # ---- the invalid-action rule -------------------------------------------------------------------
     def decide(self, ctx: StepContext, action_name: str | None) -> Decision:
         """Decision for a parsed answer: execute it, or apply `invalid_rule` when it is None."""
@@ -195,6 +242,29 @@ class TextInterface:
         return Decision(
             action=ctx.env.default_action(), valid=False, penalty=self.invalid_penalty, end_episode=end
         )
+
+    def decide_text(self, ctx: StepContext, text: str | None) -> Decision:
+        """Decision for a free-text env's extracted answer: the env executes `text`; None is invalid and
+        the env gets "" (with the penalty; `random` has no random text and acts as `penalty_default`)."""
+        if text is not None:
+            return Decision(action=ctx.env.default_action(), valid=True, text=text)
+        end = self.invalid_rule == "penalty_end"
+        return Decision(
+            action=ctx.env.default_action(),
+            valid=False,
+            penalty=self.invalid_penalty,
+            end_episode=end,
+            text="",
+        )
+
+
+def _fenced_blocks(text: str) -> list[str]:
+    """Non-empty contents of ``` fenced blocks (any language tag), the last one possibly unclosed."""
+    blocks = []
+    for match in re.finditer(r"```[ \t]*[\w+-]*[ \t]*\n(.*?)(?:```|\Z)", text, re.DOTALL):
+        if match.group(1).strip():
+            blocks.append(match.group(1))
+    return blocks
 
 
 def _mentions(text: str, names: list[str]) -> list[str]:
@@ -211,10 +281,27 @@ class LLMAgent(Agent):
 
     name = "llm"
 
-    def __init__(self, interface: TextInterface, backend: Backend, sampling: SamplingConfig | None = None):
+    def __init__(
+        self,
+        interface: TextInterface,
+        backend: Backend,
+        sampling: SamplingConfig | None = None,
+        *,
+        decision: str = "generate",
+        score_normalization: str = "word",
+    ):
         self.interface = interface
         self.backend = backend
         self.sampling = sampling or SamplingConfig()
+        # decision=score: TWOSOME, every valid action scored by the model (agents/scoring.py)
+        self.decision, self.score_normalization = decision, score_normalization
+        if decision not in ("generate", "score"):
+            raise UnknownChoiceError("agent.decision", decision, ("generate", "score"))
+        if decision == "score":
+            from agentrl.agents.scoring import check_scoring_backend, normalizers
+
+            check_scoring_backend(backend)
+            normalizers([], [], score_normalization)  # an unknown normalisation fails here, not mid-run
 
     def configured(
         self, *, sampling: SamplingConfig | None = None, invalid_penalty: float | None = None
@@ -224,7 +311,13 @@ class LLMAgent(Agent):
         interface = self.interface
         if invalid_penalty is not None:
             interface = dataclasses.replace(interface, invalid_penalty=float(invalid_penalty))
-        return LLMAgent(interface, self.backend, sampling or self.sampling)
+        return LLMAgent(
+            interface,
+            self.backend,
+            sampling or self.sampling,
+            decision=self.decision,
+            score_normalization=self.score_normalization,
+        )
 
     @property
     def tokenizer(self) -> Any:
@@ -242,6 +335,10 @@ class LLMAgent(Agent):
     def act(self, contexts: list[StepContext]) -> list[Decision]:
         if not contexts:
             return []
+        if self.decision == "score":
+            from agentrl.agents.scoring import score_decisions
+
+            return score_decisions(self, contexts)
         sampling = self.effective_sampling()
         conversations = [self.interface.messages(ctx) for ctx in contexts]
         prompt_texts = [self.interface.render(m, self.tokenizer) for m in conversations]
@@ -261,9 +358,12 @@ class LLMAgent(Agent):
         decisions = []
         for ctx, text, ids, reply in zip(contexts, prompt_texts, prompt_ids, replies, strict=True):
             completion_text, completion_ids, logprobs = reply
-            valid = ctx.info.get("valid_actions") or ctx.env.valid_actions()
-            action_name = self.interface.parse(self.interface.prefill + completion_text, valid)
-            decision = self.interface.decide(ctx, action_name)
+            answer = self.interface.prefill + completion_text
+            if getattr(ctx.env, "free_text_action", False):
+                decision = self.interface.decide_text(ctx, self.interface.extract_text(answer))
+            else:
+                valid = ctx.info.get("valid_actions") or ctx.env.valid_actions()
+                decision = self.interface.decide(ctx, self.interface.parse(answer, valid))
             decision.generation = Generation(
                 prompt_text=text,
                 completion_text=completion_text,
@@ -301,6 +401,7 @@ class ResolvedInterface:
     prefill: str
     max_new_tokens: int | None  # None: the default budget (32, or 256 with cot)
     reason: str
+    scored: bool = False  # agent.decision=score: nothing is generated (agents/scoring.py)
 
     @property
     def one_token(self) -> bool:
@@ -311,6 +412,8 @@ class ResolvedInterface:
         answers = "one-token answers" if self.one_token else "free-text answers"
         if self.max_new_tokens and not self.one_token:
             answers += f" (up to {self.max_new_tokens} tokens)"
+        if self.scored:
+            answers = "every valid action scored (TWOSOME)"
         prefill = f"prefill {self.prefill!r}" if self.prefill else "no prefill"
         return f"LLM interface: {prefill}, {answers} ({self.reason})"
 
@@ -324,7 +427,9 @@ def single_token_after(tokenizer: Any, prefill: str, name: str) -> bool:
     return len(full) == len(base) + 1 and full[: len(base)] == base
 
 
-def resolve_interface(agent_cfg: Any, action_names: list[str], tokenizer: Any) -> ResolvedInterface:
+def resolve_interface(
+    agent_cfg: Any, action_names: list[str], tokenizer: Any, *, free_text: bool = False
+) -> ResolvedInterface:
     """Resolve `prefill: auto` for an env whose actions are `action_names`: `AUTO_PREFILL` and one-token
     answers when every action name is one token after it, else free text without a prefill. An explicit
     prefill, an explicit max_new_tokens other than 1, chain-of-thought, a strict parser (the one-token
@@ -333,6 +438,15 @@ def resolve_interface(agent_cfg: Any, action_names: list[str], tokenizer: Any) -
     prefill = agent_cfg.get("prefill")
     sampling_cfg = agent_cfg.get("sampling")
     max_new = sampling_cfg.get("max_new_tokens") if sampling_cfg is not None else None
+    if free_text:  # a free-text env (e.g. code): no action names to prefill or score
+        if agent_cfg.get("decision") == "score":
+            raise ConfigError("agent.decision=score needs action names; this env's answers are free text")
+        budget = max_new or FREE_TEXT_MAX_NEW_TOKENS
+        return ResolvedInterface(str(prefill or "") if prefill != AUTO else "", budget, "free-text env")
+    if agent_cfg.get("decision") == "score":  # the scored answer follows the opening tag (scoring.py)
+        tag = agent_cfg.get("answer_tag") or "action"
+        head = "" if prefill in (None, AUTO) else str(prefill)
+        return ResolvedInterface(f"{head}<{tag}>", None, f"decision=score: NAME</{tag}> after it", True)
     if prefill != AUTO:
         return ResolvedInterface(str(prefill or ""), max_new, "set by agent.prefill")
     if agent_cfg.get("cot"):
@@ -372,6 +486,15 @@ def env_action_names(cfg: Any) -> list[str]:
         env.close()
 
 
+def env_free_text(cfg: Any) -> bool:
+    """Whether the env of `cfg.env` takes free-text answers (`TextEnv.free_text_action`)."""
+    import agentrl.envs
+
+    env = agentrl.envs.env_factory(cfg.env)()
+    env.close()
+    return bool(getattr(env, "free_text_action", False))
+
+
 def build_llm_agent(cfg: Any, **kwargs: Any) -> LLMAgent:
     """Build the LLM agent from the full config (cfg.agent, cfg.model, cfg.env, cfg.seed): the backend,
     then the interface resolved for the env and the backend's tokenizer (`resolve_interface`, logged).
@@ -384,6 +507,12 @@ def build_llm_agent(cfg: Any, **kwargs: Any) -> LLMAgent:
     on a fixed map plays the same episode in every row), and off otherwise.
     """
     backend = kwargs.pop("backend", None)
+    decision = str(cfg.agent.get("decision") or "generate")
+    if backend is None and decision == "score" and cfg.model.get("backend", "hf") != "hf":
+        raise ConfigError(
+            f"agent.decision=score needs model.backend=hf (it scores every valid action with the model's "
+            f"log-probs); the {cfg.model.backend} backend only generates"
+        )
     if backend is None:
         share = kwargs.pop("share_prompts", None)
         if share is None:
@@ -399,11 +528,14 @@ def build_llm_agent(cfg: Any, **kwargs: Any) -> LLMAgent:
         _cpu_threads(cfg, backend)
     if kwargs:
         log.debug("build_llm_agent ignores %s", sorted(kwargs))
-    resolved = resolve_interface(cfg.agent, env_action_names(cfg), backend.tokenizer)
+    resolved = resolve_interface(
+        cfg.agent, env_action_names(cfg), backend.tokenizer, free_text=env_free_text(cfg)
+    )
     log.info("%s", resolved.describe())
     interface = TextInterface.from_cfg(cfg.agent, prefill=resolved.prefill)
     sampling = sampling_from_cfg(cfg.agent, interface, resolved.max_new_tokens)
-    return LLMAgent(interface, backend, sampling)
+    normalization = str(cfg.agent.get("score_normalization") or "word")
+    return LLMAgent(interface, backend, sampling, decision=decision, score_normalization=normalization)
 
 
 def _cpu_threads(cfg: Any, backend: Backend) -> None:
@@ -433,7 +565,8 @@ def describe_interface(cfg: Any, tokenizer: Any = None) -> str:
     """The line `build_llm_agent` logs: the prefill and answer mode chosen for cfg's env and model."""
     if tokenizer is None:
         tokenizer = _preview_tokenizer(cfg)
-    return resolve_interface(cfg.agent, env_action_names(cfg), tokenizer).describe()
+    free_text = env_free_text(cfg)
+    return resolve_interface(cfg.agent, env_action_names(cfg), tokenizer, free_text=free_text).describe()
 
 
 def format_prompt_preview(cfg: Any) -> str:
@@ -442,7 +575,7 @@ def format_prompt_preview(cfg: Any) -> str:
     import agentrl.envs
 
     tokenizer = _preview_tokenizer(cfg)
-    resolved = resolve_interface(cfg.agent, env_action_names(cfg), tokenizer)
+    resolved = resolve_interface(cfg.agent, env_action_names(cfg), tokenizer, free_text=env_free_text(cfg))
     env = agentrl.envs.env_factory(cfg.env)()
     interface = TextInterface.from_cfg(cfg.agent, prefill=resolved.prefill)
     seed = int(cfg.seed)

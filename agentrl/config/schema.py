@@ -29,8 +29,11 @@ SOURCES = ("paper", "code", "ours")
 FROZENLAKE_MAPS = ("4x4", "8x8", "random")
 BANDIT_REWARDS = ("bernoulli", "gaussian")
 BANDIT_MAX_ARMS = 24  # colour names available for the buttons (envs/bandit.py COLOURS)
+CONTEXTUAL_MAX_FEATURES = 12  # context feature names (envs/contextual_bandit.py FEATURE_NAMES)
 TICTACTOE_MARKS = ("X", "O")
 TICTACTOE_OPPONENTS = ("random", "mcts", "perfect")
+DATASCICODING_DATASETS = ("breast_cancer", "wine", "iris", "digits", "random")
+KITCHEN_TASKS = ("tomato_salad", "tomato_lettuce_salad", "tomato_lettuce_onion_salad")
 INVALID_RULES = ("penalty_default", "penalty_end", "random")
 BACKENDS = ("hf", "openai", "vllm")
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")  # models.resolve_dtype
@@ -52,6 +55,7 @@ LR_SCHEDULERS = (
     "greedy",
 )
 TASKS = ("eval", "train")
+LLM_ALGOS = ("msgrpo", "poad", "ntpo", "twosome", "rlft")
 _TAG = re.compile(r"[A-Za-z_][\w-]*")
 
 
@@ -293,6 +297,11 @@ class AgentRLConfig(Schema):
         "eval: a training run directory (or its final/ or checkpoint-N) to evaluate with the run's own "
         "env, agent and interface settings",
     )
+    from_run_env: str | None = setting(
+        None,
+        "eval from_run: evaluate the trained model on this env option instead of the run's own (zero-shot "
+        "transfer); the run's model and agent settings stay, its env settings and preset are dropped",
+    )
     eval: EvalConfig = setting(factory=EvalConfig, help="held-out evaluation settings")
     env: Any = setting(None, "the environment (env=<option>, conf/env/)")
     agent: Any = setting(None, "who acts in eval (agent=<option>, conf/agent/)")
@@ -371,6 +380,27 @@ class BanditConfig(EnvSchema):
 
 
 @dataclass
+class ContextualBanditConfig(EnvSchema):
+    """Contextual bandit: buttons whose rewards depend on a context shown each round
+    (conf/env/contextual_bandit.yaml)."""
+
+    name: str = setting("contextual_bandit", "env registry name", choices=("contextual_bandit",))
+    arms: int = setting(5, "number of buttons K", ge=2, le=BANDIT_MAX_ARMS)
+    features: int = setting(
+        3, "context features d, each uniform in [-1, 1]", ge=1, le=CONTEXTUAL_MAX_FEATURES
+    )
+    reward: str = setting(
+        "bernoulli",
+        "bernoulli: P(1) = sigmoid(theta_a . (1, x)); gaussian: mean theta_a . (1, x)",
+        choices=BANDIT_REWARDS,
+    )
+    gaussian_sd: float = setting(0.5, "standard deviation of a Gaussian reward around its mean", gt=0)
+    scale: float = setting(1.5, "arm parameters theta_a ~ N(0, scale^2) per coordinate, drawn per seed", gt=0)
+    horizon: int = setting(50, "button presses per episode (= max_steps)", ge=1)
+    history: int = setting(20, "last presses (with their contexts) shown in the observation; 0 = none", ge=0)
+
+
+@dataclass
 class TicTacToeConfig(EnvSchema):
     """Tic-tac-toe against a fixed opponent (conf/env/tictactoe.yaml)."""
 
@@ -390,6 +420,39 @@ class TicTacToeConfig(EnvSchema):
         super().__post_init__()
 
 
+@dataclass
+class DataSciCodingConfig(EnvSchema):
+    """DataSciCoding: the model writes a scikit-learn build_model(X, y) (conf/env/datascicoding.yaml)."""
+
+    name: str = setting("datascicoding", "env registry name", choices=("datascicoding",))
+    dataset: str = setting(
+        "random",
+        "a bundled scikit-learn dataset, or random (one per reset seed)",
+        choices=DATASCICODING_DATASETS,
+    )
+    splits: int = setting(
+        5, "seeded stratified 75/25 train/test splits; reward = mean ROC-AUC over them", ge=1
+    )
+    timeout_s: float = setting(30.0, "sandbox wall clock for all splits together (imports included)", gt=0)
+    memory_mb: int = setting(2048, "sandbox address-space limit (numpy + scikit-learn take ~500 MB)", ge=256)
+    max_steps: int = setting(1, "attempts; > 1 shows the previous code and its score or error", ge=1)
+    success_auc: float = setting(0.9, "success: a mean ROC-AUC of at least this", ge=0, le=1)
+
+
+@dataclass
+class KitchenConfig(EnvSchema):
+    """Text kitchen with multi-word actions, POAD's Overcooked salad tasks (conf/env/kitchen.yaml)."""
+
+    name: str = setting("kitchen", "env registry name", choices=("kitchen",))
+    task: str = setting(
+        "tomato_salad",
+        "the recipe: tomato_salad (1 ingredient) | tomato_lettuce_salad (2) | tomato_lettuce_onion_salad (3)",
+        "paper",
+        choices=KITCHEN_TASKS,
+    )
+    max_steps: int = setting(20, "action cap (truncation); the 3-ingredient salad takes 10", ge=1)
+
+
 # =====================================================================================================
 # agent
 # =====================================================================================================
@@ -407,6 +470,27 @@ class SamplingSchema(Schema):
     )
     stop: list[str] = setting(
         factory=list, help="extra stop strings (the closing answer tag comes from stop_at_answer)"
+    )
+
+
+@dataclass
+class ExploreConfig(Schema):
+    """`agent.explore`: the RLFT paper's exploration mechanisms, as agent wrappers (agents/exploration.py)."""
+
+    try_all: bool = setting(
+        False,
+        "the first steps of an episode play each valid action not played yet, in the env's order",
+        "paper",
+    )
+    epsilon: float = setting(
+        0.0,
+        "probability of executing a uniformly random valid action instead of the agent's",
+        "paper",
+        ge=0,
+        le=1,
+    )
+    self_consistency: int = setting(
+        1, "answers sampled per step; the majority action is played (1: off)", "paper", ge=1
     )
 
 
@@ -439,11 +523,28 @@ class LLMAgentConfig(Schema):
         choices=INVALID_RULES,
     )
     invalid_penalty: float = setting(-1.0, "added to an invalid step's reward", "code")
+    decision: str = setting(
+        "generate",
+        "generate: sample an answer and parse it; score: TWOSOME, sample a valid action from the softmax of "
+        "their normalised log-likelihoods after <tag> (hf backend; never invalid; agents/scoring.py)",
+        choices=("generate", "score"),
+    )
+    score_normalization: str = setting(
+        "word",
+        "decision=score: divide each action's log-likelihood by its word count (TWOSOME), token count, or 1",
+        "paper",
+        choices=("word", "token", "none"),
+    )
     sampling: SamplingSchema = setting(factory=SamplingSchema, help="sampling settings of the completions")
+    explore: ExploreConfig = setting(
+        factory=ExploreConfig, help="exploration mechanisms (RLFT)", source="paper"
+    )
 
     def check(self, prefix: str) -> None:
         if not _TAG.fullmatch(self.answer_tag):
             self.fail(prefix, "answer_tag", "must be a plain tag name like action (letters, digits, _ or -)")
+        if self.decision == "score" and self.cot:
+            self.fail(prefix, "cot", "decision=score scores the answer itself; it cannot reason first")
 
 
 @dataclass
@@ -453,6 +554,9 @@ class RandomAgentConfig(Schema):
     PREFIX: ClassVar[str | None] = "agent"
 
     name: str = setting("random", "agent name", choices=("random",))
+    explore: ExploreConfig = setting(
+        factory=ExploreConfig, help="exploration mechanisms (RLFT)", source="paper"
+    )
 
 
 @dataclass
@@ -463,6 +567,12 @@ class PlannerAgentConfig(Schema):
 
     name: str = setting("planner", "agent name", choices=("planner",))
     ucb_c: float = setting(2.0, "bandit UCB1 exploration constant: mean + sqrt(c * ln t / n)", ge=0)
+    linucb_alpha: float = setting(
+        1.0, "contextual bandit LinUCB width: theta_a . x + alpha * sqrt(x^T A_a^-1 x)", "paper", ge=0
+    )
+    explore: ExploreConfig = setting(
+        factory=ExploreConfig, help="exploration mechanisms (RLFT)", source="paper"
+    )
 
 
 @dataclass
@@ -483,6 +593,9 @@ class DQNAgentConfig(Schema):
     name: str = setting("dqn", "agent name", choices=("dqn",))
     path: str | None = setting(None, "a DQN run directory or checkpoint zip (required to play)")
     device: str = setting("cpu", "torch device for the Q-network")
+    explore: ExploreConfig = setting(
+        factory=ExploreConfig, help="exploration mechanisms (RLFT)", source="paper"
+    )
 
 
 # =====================================================================================================
@@ -590,17 +703,18 @@ class CurriculumConfig(Schema):
 
 
 @dataclass
-class MSGRPOConfig(Schema):
-    """MS-GRPO: multi-step GRPO with AAW episode sampling (conf/algo/msgrpo.yaml; docs/algorithms.md)."""
+class LLMAlgoConfig(Schema):
+    """The keys every LLM algorithm shares (rollouts, optimisation, evaluation, checkpoints): the one
+    engine in agentrl/trainers/multistep.py reads them; each algorithm's schema adds its credit keys."""
 
     PREFIX: ClassVar[str | None] = "algo"
 
-    name: str = setting("msgrpo", "algorithm name (selects the trainer)", choices=("msgrpo",))
-    iterations: int = setting(100, "optimizer steps = rollout/update cycles", ge=1)
+    name: str = setting("msgrpo", "algorithm name (selects the credit assignment)", choices=LLM_ALGOS)
+    iterations: int = setting(100, "rollout/update cycles (one optimizer step each, or ppo_epochs)", ge=1)
     time_limit_minutes: float | None = setting(
         None, "stop after the iteration that crosses this training wall-clock (null: no limit)", gt=0
     )
-    group_size: int = setting(16, "G: episodes per group; a group shares one env seed", "code", ge=2)
+    group_size: int = setting(16, "episodes per group; a group shares one env seed", ge=1)
     groups_per_iteration: int = setting(
         2, "B: groups per iteration (32 episodes per batch = 2 x 16)", "code", ge=1
     )
@@ -608,13 +722,6 @@ class MSGRPOConfig(Schema):
         1, "roll out more groups while fewer than this many have non-zero return variance", ge=0
     )
     max_rollout_rounds: int = setting(1, "rollout rounds per iteration at most (dynamic sampling)", ge=1)
-    normalize_std: bool = setting(
-        True, "A_i = (R_i - mean) / (std + eps); false: R_i - mean (Dr. GRPO)", "paper"
-    )
-    eps: float = setting(1.0e-6, "eps of the advantage's std normalisation", gt=0)
-    aaw: AAWConfig = setting(
-        factory=AAWConfig, help="absolute-advantage-weighted episode sampling", source="paper"
-    )
     learning_rate: float = setting(1.0e-6, "learning rate (full fine-tune lr of the 3B runs)", "code", gt=0)
     lr_scheduler: str = setting("constant", "transformers scheduler type", choices=LR_SCHEDULERS)
     warmup_steps: int = setting(0, "linear warmup steps (with constant: constant_with_warmup)", ge=0)
@@ -680,6 +787,115 @@ class MSGRPOConfig(Schema):
 
 
 @dataclass
+class MSGRPOConfig(LLMAlgoConfig):
+    """MS-GRPO: multi-step GRPO with AAW episode sampling (conf/algo/msgrpo.yaml; docs/algorithms.md)."""
+
+    name: str = setting("msgrpo", "algorithm name (selects the credit assignment)", choices=("msgrpo",))
+    group_size: int = setting(16, "G: episodes per group; a group shares one env seed", "code", ge=2)
+    normalize_std: bool = setting(
+        True, "A_i = (R_i - mean) / (std + eps); false: R_i - mean (Dr. GRPO)", "paper"
+    )
+    eps: float = setting(1.0e-6, "eps of the advantage's std normalisation", gt=0)
+    aaw: AAWConfig = setting(
+        factory=AAWConfig, help="absolute-advantage-weighted episode sampling", source="paper"
+    )
+
+
+@dataclass
+class POADConfig(LLMAlgoConfig):
+    """POAD, NTPO and TWOSOME: PPO with a critic. POAD/NTPO: token-level credit by BAD (decompose=true) or
+    naive per-token discounting (false); TWOSOME: action-level credit for a scoring agent
+    (conf/algo/poad.yaml, ntpo.yaml, twosome.yaml; docs/algorithms.md#poad)."""
+
+    name: str = setting(
+        "poad",
+        "algorithm name (poad | ntpo | twosome: action-level PPO of a scoring agent)",
+        choices=("poad", "ntpo", "twosome"),
+    )
+    group_size: int = setting(8, "episodes per group (a group shares one env seed)", ge=1)
+    min_informative_groups: int = setting(
+        0, "roll out more groups while fewer than this many have non-zero return variance", ge=0
+    )
+    decompose: bool = setting(
+        True,
+        "BAD: no discount between the tokens of one action (POAD); false: NTPO (twosome: unused)",
+        "paper",
+    )
+    gamma: float = setting(0.95, "discount between actions (0.99 on Overcooked)", "code", ge=0, le=1)
+    lam: float = setting(0.95, "GAE lambda", "code", ge=0, le=1)
+    normalize_advantages: bool = setting(True, "normalise token advantages over the batch", "code")
+    critic_learning_rate: float = setting(5.0e-5, "value head learning rate (Adam, eps 1e-5)", "code", gt=0)
+    value_coef: float = setting(0.5, "value loss coefficient", "code", ge=0)
+    value_clip: float | None = setting(0.2, "clip of the value change (null: unclipped MSE)", "code", gt=0)
+    ppo_epochs: int = setting(
+        1, "optimisation passes over one iteration's rows (1 by default, 5 on Overcooked)", "code", ge=1
+    )
+    target_kl: float | None = setting(
+        0.02,
+        "skip an epoch's actor step when its approximate KL to the rollout policy exceeds this",
+        "code",
+        gt=0,
+    )
+    learning_rate: float = setting(1.0e-6, "actor learning rate", "code", gt=0)
+    max_grad_norm: float = setting(0.5, "gradient clipping norm (actor and value head each)", "code", gt=0)
+    entropy_coef: float = setting(0.01, "entropy bonus", "code")
+
+
+@dataclass
+class RLFTConfig(LLMAlgoConfig):
+    """RLFT: clipped surrogate plus KL on self-generated rationales and actions, with a return-to-go
+    (baseline) or GAE (critic) advantage per step (conf/algo/rlft.yaml; docs/algorithms.md#rlft). The
+    paper's agent settings (cot, history, invalid_rule=random, penalty -5) are agent keys: presets set them."""
+
+    name: str = setting("rlft", "algorithm name (selects the credit assignment)", choices=("rlft",))
+    group_size: int = setting(
+        4, "episodes per group (a group shares one env seed; the group_step baseline)", ge=1
+    )
+    min_informative_groups: int = setting(
+        0, "roll out more groups while fewer than this many have non-zero return variance", ge=0
+    )
+    advantage: str = setting(
+        "return_to_go",
+        "return_to_go: G_t - b_t (fixed-length tasks); gae: with a value head (variable-length tasks)",
+        "paper",
+        choices=("return_to_go", "gae"),
+    )
+    baseline: str = setting(
+        "group_step",
+        "return_to_go: b_t = mean G_t of the group at step t | mean over the batch's steps | none (the"
+        " paper's baseline is not specified: open)",
+        choices=("group_step", "batch", "none"),
+    )
+    normalize_advantages: bool = setting(
+        True, "return_to_go: divide A by its batch std; gae: standardise A over the batch"
+    )
+    gamma: float = setting(1.0, "discount of the return (1.0 for bandits: every press counts)", ge=0, le=1)
+    lam: float = setting(0.95, "GAE lambda (advantage=gae)", ge=0, le=1)
+    exploration_bonus: float = setting(
+        0.0,
+        "training reward added to a valid step whose action the episode has not tried yet (the paper's"
+        " exploration-bonus experiment; its value is open); 0: off",
+    )
+    critic_learning_rate: float = setting(
+        5.0e-5, "advantage=gae: value head learning rate (Adam, eps 1e-5; POAD's)", gt=0
+    )
+    value_coef: float = setting(0.5, "advantage=gae: value loss coefficient (POAD's)", ge=0)
+    value_clip: float | None = setting(
+        0.2, "advantage=gae: clip of the value change (null: unclipped MSE; POAD's)", gt=0
+    )
+    ppo_epochs: int = setting(1, "optimisation passes over one iteration's rows", ge=1)
+    target_kl: float | None = setting(
+        None, "skip an epoch's actor step when its approximate KL to the rollout policy exceeds this", gt=0
+    )
+    beta: float = setting(
+        0.05,
+        "KL coefficient to the reference policy (the paper has a KL term; its coefficient is open)",
+        ge=0,
+    )
+    temperature: float = setting(1.0, "rollout temperature", gt=0)
+
+
+@dataclass
 class DQNConfig(Schema):
     """DQN baseline: Stable-Baselines3 `DQN` with an MLP Q-network (conf/algo/dqn.yaml). The SB3 keys
     keep SB3's parameter names and go to `stable_baselines3.DQN(...)` unchanged."""
@@ -728,7 +944,10 @@ SCHEMAS: dict[str, dict[str, type[Schema]]] = {
         "snake": SnakeConfig,
         "snake_poison": SnakeConfig,
         "bandit": BanditConfig,
+        "contextual_bandit": ContextualBanditConfig,
         "tictactoe": TicTacToeConfig,
+        "datascicoding": DataSciCodingConfig,
+        "kitchen": KitchenConfig,
     },
     "agent": {
         "llm": LLMAgentConfig,
@@ -737,7 +956,14 @@ SCHEMAS: dict[str, dict[str, type[Schema]]] = {
         "human": HumanAgentConfig,
         "dqn": DQNAgentConfig,
     },
-    "algo": {"msgrpo": MSGRPOConfig, "dqn": DQNConfig},
+    "algo": {
+        "msgrpo": MSGRPOConfig,
+        "poad": POADConfig,
+        "ntpo": POADConfig,
+        "twosome": POADConfig,
+        "rlft": RLFTConfig,
+        "dqn": DQNConfig,
+    },
 }
 ROOT_SCHEMA_NAME = "agentrl_schema"
 
@@ -749,13 +975,18 @@ def schema_name(cls: type[Schema]) -> str:
         SnakeConfig: "snake",
         FrozenLakeConfig: "frozenlake",
         BanditConfig: "bandit",
+        ContextualBanditConfig: "contextual_bandit",
         TicTacToeConfig: "tictactoe",
+        DataSciCodingConfig: "datascicoding",
+        KitchenConfig: "kitchen",
         LLMAgentConfig: "llm",
         RandomAgentConfig: "random",
         PlannerAgentConfig: "planner",
         HumanAgentConfig: "human",
         DQNAgentConfig: "dqn",
         MSGRPOConfig: "msgrpo",
+        POADConfig: "poad",
+        RLFTConfig: "rlft",
         DQNConfig: "dqn",
     }
     return f"{names[cls]}_schema"

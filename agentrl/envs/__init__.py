@@ -53,11 +53,32 @@ ENV_SPECS: dict[str, EnvSpec] = {
             "Multi-armed bandit: K coloured buttons, Bernoulli or Gaussian arms, horizon 50",
         ),
         EnvSpec(
+            "contextual_bandit",
+            "agentrl/ContextualBandit-v0",
+            "agentrl.envs.contextual_bandit:ContextualBanditEnv",
+            {},
+            "Contextual bandit: K coloured buttons whose rewards depend on a context shown each round",
+        ),
+        EnvSpec(
             "tictactoe",
             "agentrl/TicTacToe-v0",
             "agentrl.envs.tictactoe:TicTacToeEnv",
             {},
             "Tic-tac-toe against a random, MCTS or perfect opponent (+1 win, 0 draw, -1 loss)",
+        ),
+        EnvSpec(
+            "datascicoding",
+            "agentrl/DataSciCoding-v0",
+            "agentrl.envs.datascicoding:DataSciCodingEnv",
+            {},
+            "DataSciCoding: write a scikit-learn build_model(X, y); reward = mean ROC-AUC, -1 on error",
+        ),
+        EnvSpec(
+            "kitchen",
+            "agentrl/Kitchen-v0",
+            "agentrl.envs.kitchen:KitchenEnv",
+            {},
+            "Kitchen: make a salad with multi-word actions (POAD's Overcooked tasks; +0.2 subtasks, +1 serve)",
         ),
     ]
 }

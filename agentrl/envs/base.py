@@ -34,6 +34,11 @@ class TextEnv(gym.Env):
     max_steps: int
     #: the keys `reset(options=...)` understands (documented in each env's class docstring)
     reset_option_names: ClassVar[tuple[str, ...]] = ()
+    #: True for an env whose agent answers with free text (e.g. code): its `step` also accepts that text
+    #: (a str), the rollout passes `Decision.text` to it and records `text_action_name(text)`, and the LLM
+    #: agent extracts the text from its completion instead of matching an action name. Action indices
+    #: still work (classic agents); what they mean is the env's choice (datascicoding: reference solutions).
+    free_text_action: ClassVar[bool] = False
 
     observation_space = gym.spaces.Text(max_length=8192, charset=TEXT_CHARSET)
 
@@ -54,6 +59,10 @@ class TextEnv(gym.Env):
     def state(self) -> dict[str, Any]:
         """Structured state (JSON-serialisable) for planners, DQN and logging."""
         raise NotImplementedError
+
+    def text_action_name(self, text: str) -> str:
+        """A short name of a free-text action for logs and episode summaries (not the text itself)."""
+        return f"text ({len(text)} chars)" if text.strip() else "empty answer"
 
     def valid_actions(self) -> list[str]:
         return list(self.action_names)

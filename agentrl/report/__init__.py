@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import RunDirError
+from agentrl.report.diagnostics import plot_decision_curves
 from agentrl.report.plots import (
     _style_keys,
     figure_final_eval,
@@ -94,6 +95,7 @@ def build_report(paths: Sequence[Path], out_dir: Path | None = None, console: An
         plots = plot_learning_curves(runs, out_dir, styles)
         bar = plot_final_eval(report.groups, out_dir, styles)
         plots += [bar] if bar else []
+        plots += plot_decision_curves(report.groups, out_dir, styles)
     except Exception as exc:  # noqa: BLE001 - plots must never cost the tables
         log.error("report: plotting failed: %s", exc)
         plots = []

@@ -28,8 +28,8 @@ from agentrl.report.runs import (
     _seed_values,
     family_of,
     mean_stderr,
+    seeds_text,
 )
-from agentrl.report.tables import _seeds_text
 
 log = logging.getLogger(__name__)
 
@@ -439,7 +439,7 @@ def figure_final_eval(groups: Sequence[GroupSummary], styles: dict[StyleKey, Sty
     keys = {id(g): (g.agent, g.model, g.variant, "") for g in groups}
     styles = styles if styles is not None else style_map(keys.values())
     labeller = _Labeller.of(list(keys.values()))
-    labels = {id(g): labeller(keys[id(g)], width=34) + f"\n({_seeds_text(g)})" for g in groups}
+    labels = {id(g): labeller(keys[id(g)], width=34) + f"\n({seeds_text(g)})" for g in groups}
     line_pitch = 0.16  # inches per label line at font size 8
     heights = [
         max(1.6, sum(max(2, labels[id(g)].count("\n") + 1) for g in members) * line_pitch + 0.9)

@@ -592,3 +592,20 @@ def summarise_groups(runs: Sequence[RunRecord]) -> list[GroupSummary]:
             )
         )
     return summaries
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table (pipes and newlines in cells escaped)."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def seeds_text(group: GroupSummary) -> str:
+    """'3 seeds', or '3 seeds, 4 runs' when a seed has several runs."""
+    seeds = f"{group.seeds} seed" + ("s" if group.seeds != 1 else "")
+    return seeds if len(group.runs) == group.seeds else f"{seeds}, {len(group.runs)} runs"

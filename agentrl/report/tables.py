@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl.report.diagnostics import diagnostics_markdown, print_diagnostics
 from agentrl.report.runs import (
     COMPLETE,
     CORRUPT,
@@ -20,6 +21,7 @@ from agentrl.report.runs import (
     GroupSummary,
     Report,
     RunRecord,
+    md_table,
 )
 
 log = logging.getLogger(__name__)
@@ -50,11 +52,6 @@ def _duration(seconds: float | None) -> str:
     if seconds < 3600:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.2f} h"
-
-
-def _seeds_text(group: GroupSummary) -> str:
-    seeds = f"{group.seeds} seed" + ("s" if group.seeds != 1 else "")
-    return seeds if len(group.runs) == group.seeds else f"{seeds}, {len(group.runs)} runs"
 
 
 def _seeds_cell(group: GroupSummary) -> str:
@@ -166,15 +163,6 @@ def group_table_rows(groups: Sequence[GroupSummary]) -> list[list[str]]:
     ]
 
 
-def _md_table(headers: list[str], rows: list[list[str]]) -> str:
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _counts_line(report: Report) -> str:
     parts = [f"{report.count(COMPLETE)} complete"]
     parts += [f"{report.count(s)} {s}" for s in STATUSES[1:] if report.count(s)]
@@ -192,7 +180,7 @@ def _env_metric_section(groups: Sequence[GroupSummary]) -> list[str]:
         rows = [
             [g.label, *(_pm(*g.env_metrics.get(n, (math.nan, math.nan))) for n in names)] for g in members
         ]
-        parts += [f"### {env}", "", _md_table(["group", *names], rows), ""]
+        parts += [f"### {env}", "", md_table(["group", *names], rows), ""]
     if parts:
         parts = [
             "## Env metrics",
@@ -223,14 +211,15 @@ def render_markdown(report: Report) -> str:
         "is the mean undiscounted episode return; length is in agent moves; invalid is the share of "
         "moves whose answer was invalid.",
         "",
-        _md_table(GROUP_HEADERS, group_table_rows(report.groups)) if report.groups else "_no complete runs_",
+        md_table(GROUP_HEADERS, group_table_rows(report.groups)) if report.groups else "_no complete runs_",
         "",
         *_env_metric_section(report.groups),
+        *diagnostics_markdown(report.groups),
         "## Runs",
         "",
         "Complete runs. Return ± standard error over the run's eval episodes.",
         "",
-        _md_table(RUN_HEADERS, run_table_rows(complete)) if complete else "_none_",
+        md_table(RUN_HEADERS, run_table_rows(complete)) if complete else "_none_",
         "",
     ]
     if stopped:
@@ -239,14 +228,14 @@ def render_markdown(report: Report) -> str:
             "",
             "Never averaged with complete runs; numbers are whatever eval the run wrote before it stopped.",
             "",
-            _md_table(OTHER_RUN_HEADERS, other_run_rows(stopped)),
+            md_table(OTHER_RUN_HEADERS, other_run_rows(stopped)),
             "",
         ]
     if unfinished:
         parts += [
             "## Running, incomplete and corrupt runs",
             "",
-            _md_table(OTHER_RUN_HEADERS, other_run_rows(unfinished)),
+            md_table(OTHER_RUN_HEADERS, other_run_rows(unfinished)),
             "",
         ]
     plots = report.plots
@@ -298,6 +287,7 @@ def print_report(report: Report, console: Any) -> None:
         console.print(table)
     if not report.groups:
         console.print("no complete runs")
+    print_diagnostics(report.groups, console)
     others = [r for r in report.runs if r.status != COMPLETE]
     if others:
         table = Table(title="Runs not complete", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)

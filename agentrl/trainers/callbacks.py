@@ -2,7 +2,8 @@
 one thing at one point of the transformers Trainer loop.
 
 Order within an iteration (transformers calls them in the order added): before the optimizer step ->
-`SkipEmptyUpdate`, `SignalSafePoints` (holds stop signals off); after it -> `RolloutCacheReset`; the end of
+`SkipEmptyUpdate`, `PPOEpochs` (value-head clipping, KL gate), `SignalSafePoints` (holds stop signals
+off); after it -> `PPOEpochs` (the further epochs), `RolloutCacheReset`; the end of
 the step -> `TimeLimit`, `PeriodicEval`, `CheckpointEvery`; then the Trainer logs -> `MetricsWriter` (one
 metrics.jsonl row, the progress line), `SignalSafePoints` (a held signal stops training here), then saves
 if asked.
@@ -49,6 +50,24 @@ class SkipEmptyUpdate(TrainerCallback):
         if self.is_empty() and model is not None:
             for param in model.parameters():
                 param.grad = None
+        return control
+
+
+class PPOEpochs(TrainerCallback):
+    """Before every optimizer step, `before_step(model)` (the value head's clipping, the KL gate); after
+    the iteration's step, `more_epochs(model)` runs its remaining PPO epochs over the same rows."""
+
+    def __init__(self, before_step: Callable[[Any], None], more_epochs: Callable[[Any], None]):
+        self.before_step, self.more_epochs = before_step, more_epochs
+
+    def on_pre_optimizer_step(
+        self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any
+    ) -> Any:
+        self.before_step(model)
+        return control
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
+        self.more_epochs(model)
         return control
 
 
@@ -165,6 +184,7 @@ class MetricsWriter(TrainerCallback):
 __all__ = [
     "CheckpointEvery",
     "MetricsWriter",
+    "PPOEpochs",
     "PeriodicEval",
     "RolloutCacheReset",
     "SignalSafePoints",

@@ -68,11 +68,13 @@ from agentrl.trainers.callbacks import (
     CheckpointEvery,
     MetricsWriter,
     PeriodicEval,
+    PPOEpochs,
     RolloutCacheReset,
     SignalSafePoints,
     SkipEmptyUpdate,
     TimeLimit,
 )
+from agentrl.trainers.critic import Critic, clipped_value_loss
 from agentrl.trainers.logps import shared_prefix_logps
 from agentrl.trainers.signals import StopSignals, TrainingInterrupted, signal_name
 from agentrl.types import Episode, StepSample, TrainResult
@@ -119,7 +121,8 @@ def pack_samples(
 ) -> dict[str, torch.Tensor]:
     """Rows -> the tensors `GRPOTrainer._compute_loss` reads: left-padded prompts, right-padded
     completions, masks, (B,) advantages (or (B, T) when rows carry one advantage per token) and
-    optionally (B, T) old log-probs."""
+    optionally (B, T) old log-probs; rows with value targets (a critic) add (B, T) returns, old values
+    and the mask of the tokens that have them."""
     width_p = max(len(s.prompt_ids) for s in samples)
     width_c = max(len(s.completion_ids) for s in samples)
     rows = len(samples)
@@ -151,7 +154,32 @@ def pack_samples(
     }
     if with_old_logprobs:
         batch["old_per_token_logps"] = old.to(device)
+    if any(s.returns is not None for s in samples):
+        returns = torch.zeros((rows, width_c), dtype=torch.float32)
+        old_values = torch.zeros((rows, width_c), dtype=torch.float32)
+        value_mask = torch.zeros((rows, width_c), dtype=torch.float32)
+        for row, s in enumerate(samples):
+            if s.returns is not None and s.old_values is not None:
+                c = len(s.returns)
+                returns[row, :c] = torch.tensor(s.returns)
+                old_values[row, :c] = torch.tensor(s.old_values)
+                value_mask[row, :c] = 1.0
+        batch["returns"] = returns.to(device)
+        batch["old_values"] = old_values.to(device)
+        batch["value_mask"] = value_mask.to(device)  # rows without targets (placeholders) train no value
     return batch
+
+
+def action_rows(samples: list[StepSample], device: Any, filler: bool = False) -> dict[str, Any]:
+    """What the action-level loss reads besides `pack_samples`: each row's prompt ids, its candidates'
+    token ids and normalisers (lists: their lengths vary) and the chosen candidate's index."""
+    return {
+        "prompt_lists": [list(s.prompt_ids) for s in samples],
+        "candidates": [s.candidates or [list(s.completion_ids)] for s in samples],
+        "normalizers": [s.normalizers or [1] * len(s.candidates or [0]) for s in samples],
+        "choice": [int(s.choice or 0) for s in samples],
+        "filler": filler,
+    }
 
 
 def split_even(items: list[Any], parts: int) -> list[list[Any]]:
@@ -172,20 +200,53 @@ def split_even(items: list[Any], parts: int) -> list[list[Any]]:
 Collect = Callable[[int], tuple[list[StepSample], dict[str, float]]]
 
 
+@dataclasses.dataclass
+class ActorCritic:
+    """What the engine needs for an algorithm with a critic (POAD): the critic, the value head's learning
+    rate (its own optimizer parameter group, Adam eps 1e-5 as in the authors' code), and the value loss's
+    coefficient and clip."""
+
+    critic: Critic
+    learning_rate: float
+    value_coef: float = 0.5
+    value_clip: float | None = 0.2
+
+
 class MultiStepTrainer(GRPOTrainer):
     """GRPOTrainer whose generation step is one multi-step RL iteration (see the module doc).
 
     `collect(iteration)` returns the iteration's rows (with advantages) and metrics; `shared_prefix`
     uses the shared-prefix log-prob kernel on CUDA too (it always does on CPU); `keep_checkpoints` is the
-    number of newest checkpoints kept."""
+    number of newest checkpoints kept.
+
+    PPO epochs (`ppo_epochs` > 1): the rows' log-probs are taken once, before the first epoch, and every
+    epoch's ratio is measured against them. The first epoch is the Trainer's own optimizer step; each
+    further epoch repeats the iteration's micro-batches through `training_step` (the same loss, scaling
+    and autocast) and steps again (`_more_epochs`), so one iteration stays one Trainer step (callbacks,
+    checkpoints and metrics count iterations). With `target_kl`, an epoch whose approximate KL
+    E[(r - 1) - log r] exceeds it skips its actor step. `actor_critic` adds the critic's value loss and
+    its parameter group."""
 
     def __init__(
-        self, *args: Any, collect: Collect, shared_prefix: bool = False, keep_checkpoints: int = 2, **kwargs
+        self,
+        *args: Any,
+        collect: Collect,
+        shared_prefix: bool = False,
+        keep_checkpoints: int = 2,
+        actor_critic: ActorCritic | None = None,
+        ppo_epochs: int = 1,
+        target_kl: float | None = None,
+        **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         self.collect = collect
         self.shared_prefix = shared_prefix
         self.keep_checkpoints = keep_checkpoints
+        self.actor_critic = actor_critic
+        self.ppo_epochs = ppo_epochs
+        self.target_kl = target_kl
+        self._train_logps: torch.Tensor | None = None  # the last training forward's log-probs (for the KL)
+        self._reset_epoch_stats()
         self.trl_logprobs = False  # force TRL's own log-prob path (benchmarks/trainer_overhead.py)
         self._micro_step = 0
         self._buffer: list[dict[str, Any]] | None = None
@@ -194,11 +255,14 @@ class MultiStepTrainer(GRPOTrainer):
         self._empty_iteration = False
         self.last_saved_step: int | None = None  # the iteration of the newest checkpoint this run wrote
         self.add_callback(SkipEmptyUpdate(lambda: self._empty_iteration))
+        self.add_callback(PPOEpochs(self._before_optimizer_step, self._more_epochs))
 
     # -- generation: one iteration per optimizer step -----------------------------------------------
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
         if not self.model.training:  # TRL's eval loop is not used (agentrl.evaluation is)
             return super()._prepare_inputs(generation_batch)
+        if isinstance(generation_batch, dict) and "completion_ids" in generation_batch:
+            return generation_batch  # a packed micro-batch again (PPO epochs after the first)
         parts = self.args.steps_per_generation
         if self._micro_step % parts == 0 or self._buffer is None:
             self._buffer = self._build_iteration(parts)
@@ -210,7 +274,9 @@ class MultiStepTrainer(GRPOTrainer):
         self._iteration_start = time.perf_counter()
         samples, metrics = self.collect(self.state.global_step)  # 0-based index of this iteration
         pad_id = self.processing_class.pad_token_id
-        total_tokens = sum(len(s.completion_ids) for s in samples)
+        action_level = any(s.candidates is not None for s in samples)
+        # the loss is a mean over the iteration's tokens, or over its actions for action-level rows
+        total_tokens = len(samples) if action_level else sum(len(s.completion_ids) for s in samples)
         self._empty_iteration = not samples
         metrics["update_skipped"] = float(self._empty_iteration)
         if not samples:
@@ -221,27 +287,52 @@ class MultiStepTrainer(GRPOTrainer):
         metrics["samples"] = len(samples) if total_tokens else 0
         metrics["train_tokens"] = sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
         self._iteration_metrics = metrics
+        self._reset_epoch_stats()
         # fewer rows than micro-batches: the empty ones repeat the last row with advantage 0 (no gradient)
-        filler = dataclasses.replace(samples[-1], advantage=0.0)
+        # and no value targets
+        filler = dataclasses.replace(samples[-1], advantage=0.0, returns=None, old_values=None)
         device = self.accelerator.device
         batches = []
         for chunk in split_even(samples, parts):
-            batch = pack_samples(chunk or [filler], pad_id, device, with_old_logprobs=self.num_iterations > 1)
+            rows = chunk or [filler]
+            batch = pack_samples(rows, pad_id, device, with_old_logprobs=self.num_iterations > 1)
             batch["num_items_in_batch"] = torch.tensor(float(max(total_tokens, 1)), device=device)
             if self.beta != 0.0:
                 batch["ref_per_token_logps"] = self._reference_logps(batch)
+            if self.ppo_epochs > 1:
+                batch["old_per_token_logps"] = self._rollout_logps(batch)
+            if self.actor_critic is not None:
+                batch["critic_features"] = self.actor_critic.critic.batch_features(
+                    rows, batch["completion_ids"].size(1)
+                )
+            if action_level:
+                batch.update(action_rows(rows, device, filler=not chunk))
+                if self.ppo_epochs > 1:
+                    with torch.no_grad(), self.compute_loss_context_manager():
+                        batch["old_action_logps"] = self._action_log_policy(self.model, batch)[0]
             batches.append(batch)
         self._update_start = time.perf_counter()
         return batches
+
+    @staticmethod
+    def _sequences(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        return ids, mask, batch["completion_ids"].size(1)
+
+    def _rollout_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Log-probs of the rows' completion tokens under the weights that generated them, taken once before
+        the PPO epochs (with the training forward's numerics: autocast, temperature)."""
+        ids, mask, width = self._sequences(batch)
+        with torch.no_grad(), self.compute_loss_context_manager():
+            return self._get_per_token_logps_and_entropies(self.model, ids, mask, width)[0]
 
     def _reference_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Log-probs of the rows' completion tokens under the reference policy (for the KL term): TRL's
         frozen copy under full fine-tuning, the base with the adapter disabled under LoRA."""
         from trl.trainer.utils import use_adapter
 
-        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        width = batch["completion_ids"].size(1)
+        ids, mask, width = self._sequences(batch)
         with torch.no_grad():
             if self.ref_model is not None:
                 return self._get_per_token_logps_and_entropies(self.ref_model, ids, mask, width)[0]
@@ -259,6 +350,31 @@ class MultiStepTrainer(GRPOTrainer):
         batch_size: int | None = None,
         compute_entropy: bool = False,
         compute_aux_loss: bool = False,
+        **multimodal: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        logps, entropies, aux = self._token_logps(
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size,
+            compute_entropy,
+            compute_aux_loss,
+            **multimodal,
+        )
+        if torch.is_grad_enabled():
+            self._train_logps = logps.detach()
+        return logps, entropies, aux
+
+    def _token_logps(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None,
+        compute_entropy: bool,
+        compute_aux_loss: bool,
         **multimodal: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         if (
@@ -292,11 +408,131 @@ class MultiStepTrainer(GRPOTrainer):
             all_entropies.append(entropies)
         return torch.cat(all_logps), torch.cat(all_entropies) if compute_entropy else None, None
 
+    # -- the loss: TRL's clipped surrogate (+ KL, entropy) and the critic's value loss -----------------
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        if "candidates" in inputs:
+            loss = self._action_level_loss(model, inputs)
+        else:
+            loss = super()._compute_loss(model, inputs)
+        old = inputs.get("old_per_token_logps")
+        if old is not None and self._train_logps is not None and "candidates" not in inputs:
+            mask = inputs["completion_mask"]
+            log_ratio = self._train_logps - old
+            kl = ((torch.exp(log_ratio) - 1) - log_ratio) * mask
+            self._kl_window[0] += float(kl.sum())
+            self._kl_window[1] += float(mask.sum())
+        if self.actor_critic is not None and "returns" in inputs:
+            ac = self.actor_critic
+            values = ac.critic.head(inputs["critic_features"])
+            value_loss = clipped_value_loss(
+                values, inputs["old_values"], inputs["returns"], inputs["value_mask"], ac.value_clip
+            )
+            # like the dapo policy loss: the micro-batch sums add up to one mean over the iteration's tokens
+            loss = loss + ac.value_coef * value_loss / inputs["num_items_in_batch"].clamp(min=1.0)
+            self._value_window[0] += float(value_loss.detach())
+            self._value_window[1] += float(inputs["value_mask"].sum())
+        return loss
+
+    def _action_log_policy(self, model: Any, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Action-level rows (TWOSOME): log pi(chosen | s) and the entropy of pi over each row's candidates,
+        pi = softmax(log L(a) / (n(a) T)) with T the rollout temperature (agents/scoring.py)."""
+        from agentrl.agents.scoring import candidate_logps, twosome_log_policy
+
+        candidates = inputs["candidates"]
+        logps, _ = candidate_logps(
+            model, inputs["prompt_lists"], candidates, self.processing_class.pad_token_id
+        )
+        logliks = logps.sum(-1)
+        chosen, entropy, start = [], [], 0
+        for k, group in enumerate(candidates):
+            log_pi = twosome_log_policy(
+                logliks[start : start + len(group)], inputs["normalizers"][k], self.temperature
+            )
+            chosen.append(log_pi[inputs["choice"][k]])
+            entropy.append(-(log_pi.exp() * log_pi).sum())
+            start += len(group)
+        return torch.stack(chosen), torch.stack(entropy)
+
+    def _action_level_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """PPO's clipped surrogate on log pi(a | s) over the candidate set, minus the entropy bonus, summed
+        over the micro-batch's actions and divided by the iteration's (so micro-batches add up to a mean)."""
+        log_pi, entropy = self._action_log_policy(model, inputs)
+        if inputs.get("filler"):  # a placeholder micro-batch: no gradient at all
+            return (log_pi * 0.0).sum()
+        old = inputs.get("old_action_logps", log_pi.detach())
+        log_ratio = log_pi - old
+        ratio = torch.exp(log_ratio)
+        advantages = inputs["advantages"]
+        clipped = ratio.clamp(1 - self.epsilon_low, 1 + self.epsilon_high)
+        per_row = -torch.min(ratio * advantages, clipped * advantages) - self.entropy_coef * entropy
+        with torch.no_grad():
+            self._kl_window[0] += float(((ratio - 1) - log_ratio).sum())
+            self._kl_window[1] += float(ratio.numel())
+            outside = (ratio < 1 - self.epsilon_low) | (ratio > 1 + self.epsilon_high)
+            self._metrics["train"]["clip_ratio/region_mean"].append(float(outside.float().mean()))
+            self._metrics["train"]["entropy"].append(float(entropy.mean()))
+        return per_row.sum() / inputs["num_items_in_batch"].clamp(min=1.0)
+
+    # -- PPO epochs, the KL gate and the value head's optimisation -----------------------------------------
+    def _reset_epoch_stats(self) -> None:
+        self._kl_window = [0.0, 0.0]  # approximate-KL sum and tokens of the current optimizer step
+        self._value_window = [0.0, 0.0]  # value-loss sum and tokens of the iteration
+        self._epoch_kls: list[float] = []
+        self._actor_skips = 0
+
+    def create_optimizer(self, model: Any = None) -> Any:
+        optimizer = super().create_optimizer(model)
+        if self.actor_critic is not None:
+            head = list(self.actor_critic.critic.head.parameters())
+            if not any(p is head[0] for group in optimizer.param_groups for p in group["params"]):
+                optimizer.add_param_group(
+                    {"params": head, "lr": self.actor_critic.learning_rate, "eps": 1e-5, "weight_decay": 0.0}
+                )
+        return optimizer
+
+    def _before_optimizer_step(self, model: Any) -> None:
+        """Before each optimizer step (every epoch): the value head's own gradient clipping (the Trainer
+        clips only the policy), and the KL gate on the policy's step."""
+        kl_sum, kl_tokens = self._kl_window
+        self._kl_window = [0.0, 0.0]
+        approx_kl = kl_sum / kl_tokens if kl_tokens else 0.0
+        self._epoch_kls.append(approx_kl)
+        if self.actor_critic is not None:
+            head = list(self.actor_critic.critic.head.parameters())
+            if self._empty_iteration:
+                for param in head:
+                    param.grad = None
+            elif self.args.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(head, self.args.max_grad_norm)
+        if self.target_kl is not None and approx_kl > self.target_kl:
+            # parameters without a gradient are skipped by torch's optimizers (Adam's moments too)
+            for param in (model if model is not None else self.model).parameters():
+                param.grad = None
+            self._actor_skips += 1
+
+    def _more_epochs(self, model: Any) -> None:
+        """PPO epochs 2..K of the iteration (the first was the Trainer's step)."""
+        if self.ppo_epochs <= 1 or self._empty_iteration or self._buffer is None:
+            return
+        for _ in range(1, self.ppo_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            for batch in self._buffer:
+                self.training_step(self.model_wrapped, batch, batch["num_items_in_batch"])
+            if self.args.max_grad_norm > 0:
+                self._clip_grad_norm(self.model_wrapped)
+            self._before_optimizer_step(self.model)
+            self.optimizer.step()
+
     # -- logging ---------------------------------------------------------------------------------------
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.model.training and self._iteration_metrics:
             now = time.perf_counter()
             extra = dict(self._iteration_metrics)
+            if self.ppo_epochs > 1:
+                extra["approx_kl"] = self._epoch_kls[-1] if self._epoch_kls else 0.0
+                extra["actor_steps_skipped"] = self._actor_skips
+            if self._value_window[1]:
+                extra["value_loss"] = self._value_window[0] / self._value_window[1]
             extra["update_s"] = now - self._update_start
             extra["iteration_s"] = now - self._iteration_start
             if extra["update_s"] > 0:
@@ -321,6 +557,8 @@ class MultiStepTrainer(GRPOTrainer):
             for child in (staging / name).iterdir():
                 os.replace(child, staging / child.name)
             (staging / name).rmdir()
+            if self.actor_critic is not None:
+                self.actor_critic.critic.save(staging)
             write_manifest(staging, step=self.state.global_step, optimizer=not self.args.save_only_model)
         self.last_saved_step = self.state.global_step
         prune_checkpoints(root, self.keep_checkpoints, current=self.state.global_step)
@@ -439,6 +677,19 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     model, tokenizer = load_model(dataclasses.replace(model_cfg, dtype=dtype), for_training=True)
     log.info("Precision: %s (weights %s)", precision, dtype)
     log.info("Trainable parameters: %d", freeze_layers(model, algo.trainable_layers))
+    # the critic's trunk is the initial policy: taken now, before any update (or a resume's weights)
+    # (RLFT needs one only for its GAE advantage: algo.advantage=gae)
+    critic = Critic(model) if spec.critic or getattr(algo, "advantage", "") == "gae" else None
+    if critic is not None:
+        if checkpoint is not None and not critic.load(checkpoint):
+            log.warning("%s has no value head: the critic starts untrained", checkpoint.name)
+        log.info("Critic: value head on the frozen %s", "LoRA base" if critic.lora else "initial weights")
+    if spec.name == "rlft" and not cfg.agent.get("cot", False):
+        log.warning("algo=rlft trains rationales: set agent.cot=true (the presets experiment=rlft_* do)")
+    if spec.decision != cfg.agent.get("decision", "generate"):
+        # the algorithm decides how its policy acts (TWOSOME's scores every valid action)
+        cfg = OmegaConf.merge(cfg, {"agent": {"decision": spec.decision}})
+        log.info("agent.decision=%s (algo=%s)", spec.decision, spec.name)
     policy = build_llm_agent(cfg, model=model, tokenizer=tokenizer, share_prompts=algo.shared_prefix)
     max_new = algo.max_new_tokens or policy.sampling.max_new_tokens
     train_agent = policy.configured(
@@ -514,7 +765,12 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
             reset_options=reset_options,
         )
         rollout_s = time.perf_counter() - start
-        credit = spec.assign_credit(episodes, algo, np.random.default_rng([seed, iteration, 7]))
+        rng = np.random.default_rng([seed, iteration, 7])
+        if critic is not None:
+            values = critic.evaluate(episodes, tokenizer.pad_token_id)
+            credit = spec.assign_credit(episodes, algo, rng, values=values)
+        else:
+            credit = spec.assign_credit(episodes, algo, rng)
         generated = sum(len(s.completion_ids) for e in episodes for s in e.steps)
         prompts = sum(len(s.prompt_ids) for e in episodes for s in e.steps)
         metrics = rollout_metrics(episodes, credit.advantages)
@@ -539,6 +795,11 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
         collect=collect,
         shared_prefix=algo.shared_prefix,
         keep_checkpoints=algo.keep_checkpoints,
+        actor_critic=None
+        if critic is None
+        else ActorCritic(critic, algo.critic_learning_rate, algo.value_coef, algo.value_clip),
+        ppo_epochs=getattr(algo, "ppo_epochs", 1),
+        target_kl=getattr(algo, "target_kl", None),
     )
     trainer.remove_callback(PrinterCallback)  # the progress bar and metrics.jsonl replace its prints
     trainer.remove_callback(ProgressCallback)
@@ -580,6 +841,8 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
         with atomic_dir(run_dir / "final") as tmp:
             trainer.save_model(str(tmp))
             tokenizer.save_pretrained(str(tmp))
+            if critic is not None:
+                critic.save(tmp)
     final, episodes = run_eval("eval after training")
     log.info("After training: success %.3f return %.3f", final["success_rate"], final["mean_return"])
     extra: dict[str, Any] = {"iterations": algo.iterations, "train_time_s": round(train_time, 3)}
@@ -618,6 +881,7 @@ def _unused_reward(*args: Any, **kwargs: Any) -> list[float]:
 
 
 __all__ = [
+    "ActorCritic",
     "MultiStepTrainer",
     "grpo_config",
     "pack_samples",

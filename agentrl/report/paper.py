@@ -1,0 +1,588 @@
+"""The paper table (`agentrl report DIR --table paper`): what a paper on LLM agents in text games
+reports, from the runs found under the directories.
+
+- **Main table**: env × method, success rate and mean return on the held-out eval as mean ± standard
+  error over seeds (one value per seed: that run's eval.json metric), n seeds shown. A method is a
+  training algorithm with its model and variant (e.g. `msgrpo / qwen2.5-3b algo.aaw.enabled=false`), or
+  an evaluated agent (e.g. `llm / Qwen/Qwen2.5-72B-Instruct`, `planner`).
+- **Zero-shot vs trained**: each training run's eval.json `before` block (the base policy, evaluated
+  before the first update) against its final eval.
+- **Transfer**: evaluations of a trained run (`agentrl eval from_run=<dir>`) on an env other than the
+  one it trained on (eval.json `trained_env`, written when `from_run_env` or the command changed the
+  env), next to the method's score on its own env.
+
+Files written into the output directory: `paper.md`, `paper.csv` (one row per table cell group, a
+`section` column), `paper_curves.png` (greedy eval success and training return by iteration, mean ±
+stderr bands over seeds) and `paper_bars.png` (final success and return by env and method, stderr error
+bars). Only complete runs count; the others are counted in a note.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrl.errors import RunDirError
+from agentrl.report.runs import (
+    COMPLETE,
+    EVAL_SUCCESS_KEYS,
+    TRAIN_RETURN_KEYS,
+    RunRecord,
+    _natural,
+    _seed_values,
+    family_of,
+    find_runs,
+    load_run,
+    mean_stderr,
+    override_key,
+)
+
+log = logging.getLogger(__name__)
+
+MAIN, ZERO_SHOT, TRANSFER = "main", "zero_shot_vs_trained", "transfer"
+#: variant keys that say where a model is served or stored, not what the method is
+NOT_METHOD_KEYS = frozenset({"model.base_url", "model.name_or_path", "from_run_env"})
+CSV_COLUMNS = [
+    "section",
+    "env",
+    "trained_env",
+    "method",
+    "seeds",
+    "success_mean",
+    "success_stderr",
+    "return_mean",
+    "return_stderr",
+    "before_success_mean",
+    "before_success_stderr",
+    "before_return_mean",
+    "before_return_stderr",
+    "trained_env_success_mean",
+]
+
+
+@dataclass
+class PaperRun:
+    """A complete run as the paper table sees it: its method, the env it was evaluated on and the env
+    its model was trained on (None for an agent that was not trained)."""
+
+    record: RunRecord
+    head: str  # algorithm or agent, and model
+    items: tuple[str, ...]  # the variant's overrides that define the method
+    env: str
+    trained_env: str | None
+    reeval: bool = False  # an `eval from_run=` of a trained run on its own env
+    method: str = ""
+
+
+@dataclass
+class Row:
+    """One aggregated cell group: mean ± stderr over seeds of a method on an env."""
+
+    section: str
+    env: str
+    method: str
+    runs: list[RunRecord]
+    success: tuple[float, float]
+    episode_return: tuple[float, float]
+    seeds: int
+    trained_env: str | None = None
+    before_success: tuple[float, float] = (math.nan, math.nan)
+    before_return: tuple[float, float] = (math.nan, math.nan)
+    trained_env_success: float = math.nan
+
+    def csv_row(self) -> dict[str, Any]:
+        def num(x: float) -> Any:
+            return "" if math.isnan(x) else x
+
+        return {
+            "section": self.section,
+            "env": self.env,
+            "trained_env": self.trained_env or "",
+            "method": self.method,
+            "seeds": self.seeds,
+            "success_mean": num(self.success[0]),
+            "success_stderr": num(self.success[1]),
+            "return_mean": num(self.episode_return[0]),
+            "return_stderr": num(self.episode_return[1]),
+            "before_success_mean": num(self.before_success[0]),
+            "before_success_stderr": num(self.before_success[1]),
+            "before_return_mean": num(self.before_return[0]),
+            "before_return_stderr": num(self.before_return[1]),
+            "trained_env_success_mean": num(self.trained_env_success),
+        }
+
+
+@dataclass
+class PaperReport:
+    rows: list[Row]
+    runs: list[PaperRun]
+    skipped: int  # runs found that are not complete
+    common: str  # the variant items every method shares (said once, not in each name)
+    out_dir: Path
+    files: list[Path] = field(default_factory=list)
+
+    def section(self, name: str) -> list[Row]:
+        return [r for r in self.rows if r.section == name]
+
+
+# ---------------------------------------------------------------------------------------------
+# runs -> methods
+# ---------------------------------------------------------------------------------------------
+def _head(agent: str, model: str) -> str:
+    return " / ".join(p for p in (agent, model) if p and p != "-")
+
+
+def _method_items(record: RunRecord) -> tuple[str, ...]:
+    return tuple(o for o in record.overrides if override_key(o) not in NOT_METHOD_KEYS)
+
+
+def paper_run(record: RunRecord) -> PaperRun:
+    """Method and envs of one complete run. An `eval from_run=` takes the method of the training run it
+    evaluated (read from that run's directory when it still exists, else from eval.json)."""
+    ev = record.eval
+    if record.is_training:
+        return PaperRun(
+            record, _head(record.agent, record.model), _method_items(record), record.env, record.env
+        )
+    if ev.get("from_run"):
+        trained_env = ev.get("trained_env")
+        source = Path(str(ev["from_run"]))
+        origin = load_run(source) if (source / ".hydra" / "config.yaml").is_file() else None
+        if origin is not None and origin.status != "corrupt":
+            head, items = _head(origin.agent, origin.model), _method_items(origin)
+            trained_env = trained_env or origin.env
+        else:
+            algo = str(ev.get("algo") or ev.get("agent") or record.agent)
+            model = "-" if family_of(algo) == "dqn" else record.model
+            head, items = _head(algo, model), ()
+        trained_env = str(trained_env or record.env)
+        return PaperRun(record, head, items, record.env, trained_env, reeval=trained_env == record.env)
+    return PaperRun(record, _head(record.agent, record.model), _method_items(record), record.env, None)
+
+
+def _name_methods(runs: Sequence[PaperRun]) -> str:
+    """Give each run its method name: head plus the variant items not every run shares; returns the
+    shared items."""
+    item_sets = [set(r.items) for r in runs]
+    common = set.intersection(*item_sets) if len(item_sets) > 1 else set()
+    for r in runs:
+        items = [i for i in r.items if i not in common]
+        r.method = " ".join([r.head, *items]) + (" [from_run eval]" if r.reeval else "")
+    return " ".join(sorted(common, key=_natural))
+
+
+# ---------------------------------------------------------------------------------------------
+# aggregation
+# ---------------------------------------------------------------------------------------------
+def _stat(runs: Sequence[RunRecord], get: Callable[[RunRecord], float | None]) -> tuple[float, float]:
+    return mean_stderr(_seed_values(runs, get))
+
+
+def _row(section: str, env: str, method: str, members: list[PaperRun], trained_env: str | None) -> Row:
+    records = [m.record for m in members]
+    success = _stat(records, lambda r: r.metric("success_rate"))
+    return Row(
+        section=section,
+        env=env,
+        method=method,
+        runs=records,
+        success=success,
+        episode_return=_stat(records, lambda r: r.metric("mean_return")),
+        seeds=len(_seed_values(records, lambda r: r.metric("success_rate"))),
+        trained_env=trained_env,
+        before_success=_stat(records, lambda r: r.before("success_rate")),
+        before_return=_stat(records, lambda r: r.before("mean_return")),
+    )
+
+
+def paper_rows(runs: Sequence[PaperRun]) -> list[Row]:
+    """The three sections' rows, each in natural order of (env, method)."""
+    rows: list[Row] = []
+
+    def grouped(items: Sequence[PaperRun], key: Callable[[PaperRun], tuple[str, ...]]) -> list[Any]:
+        out: dict[tuple[str, ...], list[PaperRun]] = {}
+        for r in items:
+            out.setdefault(key(r), []).append(r)
+        return sorted(out.items(), key=lambda kv: [_natural(k) for k in kv[0]])
+
+    home = [r for r in runs if r.trained_env in (None, r.env)]
+    for (env, method), members in grouped(home, lambda r: (r.env, r.method)):
+        rows.append(_row(MAIN, env, method, members, members[0].trained_env))
+    trained = [r for r in runs if r.record.is_training and r.record.before("success_rate") is not None]
+    for (env, method), members in grouped(trained, lambda r: (r.env, r.method)):
+        rows.append(_row(ZERO_SHOT, env, method, members, env))
+    moved = [r for r in runs if r.trained_env is not None and r.trained_env != r.env]
+    main = {(r.env, r.method): r for r in rows if r.section == MAIN}
+    for (trained_env, env, method), members in grouped(
+        moved, lambda r: (str(r.trained_env), r.env, r.method)
+    ):
+        row = _row(TRANSFER, env, method, members, trained_env)
+        own = main.get((trained_env, method))
+        row.trained_env_success = own.success[0] if own is not None else math.nan
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# formatting
+# ---------------------------------------------------------------------------------------------
+def _pm(stat: tuple[float, float], digits: int = 3) -> str:
+    mean, err = stat
+    if math.isnan(mean):
+        return "–"
+    return f"{mean:.{digits}f}" if math.isnan(err) else f"{mean:.{digits}f} ± {err:.{digits}f}"
+
+
+def _md(headers: list[str], rows: list[list[str]]) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows])
+
+
+def main_table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
+    """Methods down, envs across: `success` and `return` per env, each `mean ± stderr (n=seeds)`."""
+    envs = sorted({r.env for r in rows}, key=_natural)
+    methods = sorted({r.method for r in rows}, key=_natural)
+    cells = {(r.env, r.method): r for r in rows}
+    headers = ["method", *(f"{env} {what}" for env in envs for what in ("success", "return"))]
+    table = []
+    for method in methods:
+        line = [method]
+        for env in envs:
+            row = cells.get((env, method))
+            if row is None:
+                line += ["", ""]
+            else:
+                n = f" (n={row.seeds})"
+                line += [_pm(row.success) + n, _pm(row.episode_return) + n]
+        table.append(line)
+    return headers, table
+
+
+def zero_shot_table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
+    headers = ["env", "method", "seeds", "success before", "success after", "return before", "return after"]
+    return headers, [
+        [
+            r.env,
+            r.method,
+            str(r.seeds),
+            _pm(r.before_success),
+            _pm(r.success),
+            _pm(r.before_return),
+            _pm(r.episode_return),
+        ]
+        for r in rows
+    ]
+
+
+def transfer_table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
+    headers = ["trained on", "evaluated on", "method", "seeds", "success", "return", "success on trained env"]
+    return headers, [
+        [
+            str(r.trained_env),
+            r.env,
+            r.method,
+            str(r.seeds),
+            _pm(r.success),
+            _pm(r.episode_return),
+            "–" if math.isnan(r.trained_env_success) else f"{r.trained_env_success:.3f}",
+        ]
+        for r in rows
+    ]
+
+
+def render_paper_markdown(report: PaperReport) -> str:
+    parts = [
+        "# Paper table",
+        "",
+        "Held-out eval of complete runs: mean ± standard error over seeds (one value per seed: the "
+        "run's eval.json metric; n = seeds). Success is the share of eval episodes solved, return the "
+        "mean episode return.",
+    ]
+    if report.common:
+        parts += ["", f"All methods share: `{report.common}`."]
+    if report.skipped:
+        parts += ["", f"{report.skipped} run(s) not complete were left out (`agentrl report` lists them)."]
+    sections = (
+        (MAIN, "Results by env and method", main_table, ""),
+        (
+            ZERO_SHOT,
+            "Zero-shot vs trained",
+            zero_shot_table,
+            "The same runs before the first update (eval.json `before`) and after training.",
+        ),
+        (
+            TRANSFER,
+            "Transfer",
+            transfer_table,
+            "Trained runs evaluated zero-shot on another env (`agentrl eval from_run=<dir> "
+            "from_run_env=<env>` or a transfer preset).",
+        ),
+    )
+    for name, title, table, note in sections:
+        rows = report.section(name)
+        parts += ["", f"## {title}", ""]
+        if note:
+            parts += [note, ""]
+        parts.append(_md(*table(rows)) if rows else "_none_")
+    plots = [p for p in report.files if p.suffix == ".png"]
+    if plots:
+        parts += ["", "## Plots", "", *(f"![{p.stem}]({p.name})" for p in plots)]
+    return "\n".join(parts) + "\n"
+
+
+def print_paper_report(report: PaperReport, console: Any) -> None:
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    titles = {MAIN: "Results by env and method", ZERO_SHOT: "Zero-shot vs trained", TRANSFER: "Transfer"}
+    builders = {MAIN: main_table, ZERO_SHOT: zero_shot_table, TRANSFER: transfer_table}
+    for name in (MAIN, ZERO_SHOT, TRANSFER):
+        rows = report.section(name)
+        if not rows:
+            continue
+        headers, body = builders[name](rows)
+        table = Table(
+            title=f"{titles[name]} (mean ± stderr over seeds)", title_justify="left", box=box.SIMPLE
+        )
+        for i, h in enumerate(headers):
+            table.add_column(h, overflow="fold", no_wrap=i > 0 and name == MAIN)
+        for line in body:
+            table.add_row(*map(escape, line))
+        console.print(table)
+    if report.common:
+        console.print(escape(f"All methods share: {report.common}"))
+    if report.files:
+        console.print(escape("Wrote " + ", ".join(str(p) for p in report.files)), overflow="fold")
+
+
+# ---------------------------------------------------------------------------------------------
+# plots
+# ---------------------------------------------------------------------------------------------
+def _styles(methods: Sequence[str]) -> dict[str, Any]:
+    from agentrl.report.plots import plot_style
+
+    return {m: plot_style(i) for i, m in enumerate(sorted(set(methods), key=_natural))}
+
+
+def _wrapped(text: str, width: int = 34) -> str:
+    return "\n".join(textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False)) or text
+
+
+def figure_paper_curves(runs: Sequence[PaperRun], styles: dict[str, Any]) -> Any:
+    """Learning curves of the training runs: per env (and x-axis: iterations, or env steps for DQN) a
+    column; rows: the greedy held-out eval success (before, periodic and final evals) and the sampled
+    policy's training return. One line per method: its mean over seeds with a ± stderr band (each seed
+    thin), as `agentrl report`'s curves draw them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from agentrl.report.plots import _draw_group, _eval_points, _PlotGroup, _series
+
+    trained = [r for r in runs if r.record.is_training and r.record.curve]
+    if not trained:
+        return None
+    columns = sorted({(r.env, r.record.family) for r in trained}, key=lambda c: [_natural(p) for p in c])
+    rows = (
+        ("eval", "greedy eval success rate\n(held-out seeds)"),
+        ("train", "training mean return\n(sampled policy)"),
+    )
+    fig, axes = plt.subplots(
+        len(rows), len(columns), figsize=(4.2 * len(columns) + 3.4, 6.4), squeeze=False, layout="constrained"
+    )
+    shown: dict[str, Any] = {}
+    for c, (env, family) in enumerate(columns):
+        members = [r for r in trained if r.env == env and r.record.family == family]
+        methods = sorted({r.method for r in members}, key=_natural)
+        for r_i, (kind, ylabel) in enumerate(rows):
+            ax = axes[r_i][c]
+            for method in methods:
+                records = [r.record for r in members if r.method == method]
+                group = _PlotGroup(("", "", method, ""), records, styles[method], method)
+                if kind == "eval":
+                    points = [_eval_points(m, "success_rate", "iteration") for m in records]
+                    curves = [p["series"] for p in points if p["series"] is not None]
+                    if not curves:  # no before/final evals: the periodic eval rows alone
+                        curves = [
+                            s
+                            for s in (_series(m, EVAL_SUCCESS_KEYS, "iteration") for m in records)
+                            if s is not None
+                        ]
+                else:
+                    curves = [
+                        s
+                        for s in (_series(m, TRAIN_RETURN_KEYS, "iteration") for m in records)
+                        if s is not None
+                    ]
+                if curves:
+                    _draw_group(ax, group, curves, 1.0)
+                    shown[method] = len({m.seed for m in records})
+            if kind == "eval":
+                ax.set_ylim(-0.04, 1.04)
+            ax.grid(alpha=0.3)
+            ax.set_ylabel(ylabel, fontsize=9)
+            ax.set_xlabel("env steps" if family == "dqn" else "iteration", fontsize=9)
+            ax.tick_params(labelsize=8)
+            if r_i == 0:
+                ax.set_title(env, fontsize=10)
+    handles = [
+        Line2D(
+            [],
+            [],
+            color=styles[m].colour,
+            linestyle=styles[m].linestyle,
+            marker=styles[m].marker,
+            lw=1.8,
+            label=_wrapped(f"{m} ({n} seed{'s' if n != 1 else ''})"),
+        )
+        for m, n in sorted(shown.items(), key=lambda kv: _natural(kv[0]))
+    ]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
+    fig.suptitle("Learning curves (line: mean over seeds; band: ± stderr)", fontsize=11)
+    return fig
+
+
+def figure_paper_bars(rows: Sequence[Row], styles: dict[str, Any]) -> Any:
+    """Grouped bars of the main table: envs along x, one bar per method, success rate and mean return
+    panels, error bars ± stderr over seeds, n seeds under each bar."""
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    envs = sorted({r.env for r in rows}, key=_natural)
+    methods = sorted({r.method for r in rows}, key=_natural)
+    cells = {(r.env, r.method): r for r in rows}
+    width = 0.8 / len(methods)
+    fig, axes = plt.subplots(
+        1, 2, figsize=(max(8.0, 2.0 * len(envs) * 2 + 4.0), 4.4), squeeze=False, layout="constrained"
+    )
+    for ax, (attr, ylabel) in zip(
+        axes[0],
+        (("success", "success rate (held-out episodes)"), ("episode_return", "mean episode return")),
+        strict=True,
+    ):
+        for k, method in enumerate(methods):
+            xs, means, errs, ns = [], [], [], []
+            for e, env in enumerate(envs):
+                row = cells.get((env, method))
+                if row is None:
+                    continue
+                mean, err = getattr(row, attr)
+                xs.append(e - 0.4 + width * (k + 0.5))
+                means.append(0.0 if math.isnan(mean) else mean)
+                errs.append(0.0 if math.isnan(err) else err)
+                ns.append(row.seeds)
+            style = styles[method]
+            ax.bar(
+                xs,
+                means,
+                width=width * 0.92,
+                yerr=errs,
+                capsize=3,
+                color=style.colour,
+                hatch=style.hatch,
+                edgecolor="black",
+                linewidth=0.5,
+            )
+            for x, m, n in zip(xs, means, ns, strict=True):
+                ax.annotate(
+                    f"n={n}",
+                    (x, 0),
+                    xytext=(0, -2 if m >= 0 else 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="top" if m >= 0 else "bottom",
+                    fontsize=7,
+                )
+        ax.set_xticks(range(len(envs)))
+        ax.set_xticklabels(envs, fontsize=9)
+        ax.tick_params(axis="x", pad=12)
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.set_xlabel("environment", fontsize=9)
+        ax.axhline(0, color="black", lw=0.6)
+        ax.grid(axis="y", alpha=0.3)
+        if attr == "success":
+            ax.set_ylim(0, 1.05)
+        ax.set_title(ylabel.split(" (")[0], fontsize=10)
+    handles = [
+        Patch(facecolor=styles[m].colour, hatch=styles[m].hatch, edgecolor="black", label=_wrapped(m))
+        for m in methods
+    ]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
+    fig.suptitle("Final held-out eval by method (error bars: ± stderr over seeds)", fontsize=11)
+    return fig
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# entry point
+# ---------------------------------------------------------------------------------------------
+def build_paper_report(
+    paths: Sequence[Path], out_dir: Path | None = None, console: Any = None
+) -> PaperReport:
+    """Find the runs under `paths`, write paper.md, paper.csv, paper_curves.png and paper_bars.png into
+    `out_dir` (default: the first path) and print the tables to `console` when given. Raises
+    RunDirError when a path is missing or no complete run is found."""
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise RunDirError("report: give at least one directory")
+    records = [load_run(d) for d in find_runs(paths)]
+    complete = [r for r in records if r.status == COMPLETE]
+    if not complete:
+        where = ", ".join(map(str, paths))
+        raise RunDirError(f"report --table paper: no complete runs (with eval.json) under {where}")
+    runs = [paper_run(r) for r in complete]
+    common = _name_methods(runs)
+    out_dir = Path(out_dir) if out_dir is not None else paths[0]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = PaperReport(paper_rows(runs), runs, len(records) - len(complete), common, out_dir)
+
+    csv_path = out_dir / "paper.csv"
+    with csv_path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(r.csv_row() for r in report.rows)
+    plots: list[Path] = []
+    try:
+        styles = _styles([r.method for r in runs])
+        for name, fig in (
+            ("paper_curves.png", figure_paper_curves(runs, styles)),
+            ("paper_bars.png", figure_paper_bars(report.section(MAIN), styles)),
+        ):
+            if fig is not None:
+                plots.append(_save(fig, out_dir / name))
+    except Exception as exc:  # noqa: BLE001 - plots must never cost the tables
+        log.error("report: plotting failed: %s", exc)
+    report.files = [out_dir / "paper.md", csv_path, *plots]
+    (out_dir / "paper.md").write_text(render_paper_markdown(report))
+    if console is not None:
+        print_paper_report(report, console)
+    return report
+
+
+__all__ = ["PaperReport", "PaperRun", "Row", "build_paper_report", "paper_rows", "paper_run"]

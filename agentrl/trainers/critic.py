@@ -1,0 +1,201 @@
+"""The critic of POAD (docs/algorithms.md#poad): a value head on the frozen base model.
+
+As in the authors' code (ADRL `models/critic.py`): the base language model runs under no_grad — with the
+LoRA adapter disabled, or as a frozen copy of the initial weights under full fine-tuning — and a bias-free
+MLP (hidden -> 1024 -> 512 -> 1, ReLU, fp32) maps its last hidden state at every position to a value.
+V[t][j], the value before token j of step t's action, is read at the position that predicts token j.
+
+The trunk is frozen, so each row's hidden states are computed once per iteration (`features`) and the
+head trains on them for every PPO epoch; only the head's ~1.1M parameters (at hidden 576) learn.
+
+    value loss = value_coef * mean_tokens max((R - V)^2, (R - V_clip)^2) / 2,
+    V_clip = V_old + clamp(V - V_old, -clip, clip)                     (PPO's clipped value loss)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentrl.agents.kvcache import cache_kwarg, prefill_shared
+from agentrl.types import Episode, StepSample
+
+VALUE_HEAD_FILE = "value_head.pt"
+
+
+class ValueHead(nn.Module):
+    """hidden -> 1024 -> 512 -> 1 with ReLU, no biases, in fp32 (the authors' TPPOCritic head)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(hidden_size, 1024, bias=False),
+            nn.ReLU(),
+            nn.Linear(1024, 512, bias=False),
+            nn.ReLU(),
+            nn.Linear(512, 1, bias=False),
+        )
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.net(features.float()).squeeze(-1)
+
+
+def clipped_value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float | None,
+) -> torch.Tensor:
+    """Sum over masked tokens of max((R - V)^2, (R - V_clip)^2) / 2 (the caller normalises). `clip` None:
+    the plain squared error."""
+    unclipped = (returns - values) ** 2
+    if clip is not None:
+        clipped_values = old_values + (values - old_values).clamp(-clip, clip)
+        unclipped = torch.max(unclipped, (returns - clipped_values) ** 2)
+    return (unclipped * mask).sum() / 2
+
+
+class Critic:
+    """The value function: `ValueHead` over the frozen trunk's last hidden states.
+
+    `model` is the policy being trained. Under LoRA (a PEFT model) the trunk is the same model with its
+    adapter disabled; otherwise a frozen copy of `model` is taken now, before any update."""
+
+    def __init__(self, model: Any, device: Any = None):
+        self.lora = hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+        if self.lora:
+            self.trunk = model
+        else:
+            self.trunk = copy.deepcopy(model).eval()
+            for param in self.trunk.parameters():
+                param.requires_grad_(False)
+        hidden = _hidden_size(model)
+        device = device if device is not None else next(model.parameters()).device
+        self.head = ValueHead(hidden).to(device)
+        self.device = device
+        self._features: dict[tuple[int, int], torch.Tensor] = {}
+
+    # -- hidden states --------------------------------------------------------------------------------
+    def _trunk_context(self) -> Any:
+        return self.trunk.disable_adapter() if self.lora else contextlib.nullcontext()
+
+    @torch.no_grad()
+    def features(
+        self,
+        prompts: Sequence[Sequence[int]],
+        completions: Sequence[Sequence[int]],
+        pad_id: int,
+        rows: int = 16,
+    ) -> list[torch.Tensor]:
+        """For each (prompt, completion), the trunk's last hidden states at the positions that predict the
+        completion's tokens: (max(L, 1), hidden), where an empty completion gets the state's position (the
+        prompt's last token). Per chunk of `rows`, each distinct prompt runs once (their common head once
+        more, agents/kvcache.py) and only the completions run per row; the values equal a plain forward."""
+        out: list[torch.Tensor] = []
+        with self._trunk_context():
+            for start in range(0, len(prompts), rows):
+                out.extend(
+                    self._chunk_features(
+                        prompts[start : start + rows], completions[start : start + rows], pad_id
+                    )
+                )
+        return out
+
+    def _chunk_features(
+        self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int
+    ) -> list[torch.Tensor]:
+        keys: dict[tuple[int, ...], int] = {}
+        inverse = torch.tensor([keys.setdefault(tuple(p), len(keys)) for p in prompts], device=self.device)
+        cache, state_hidden, prompt_mask, last_position = prefill_shared(
+            self.trunk, [list(k) for k in keys], pad_id, hidden=True
+        )
+        first = state_hidden[inverse].float()  # the position before each completion's first token
+        width = max(len(c) for c in completions)
+        if width <= 1:
+            return [first[r : r + 1] for r in range(len(prompts))]
+        # the positions before tokens 1..L-1 are the completion's own tokens 0..L-2
+        lengths = [max(len(c), 1) for c in completions]
+        ids = torch.tensor(
+            [list(c[: n - 1]) + [pad_id] * (width - n) for c, n in zip(completions, lengths, strict=True)],
+            device=self.device,
+        )
+        mask = torch.tensor([[1] * (n - 1) + [0] * (width - n) for n in lengths], device=self.device)
+        cache.batch_select_indices(inverse)
+        rest = (
+            self.trunk(
+                input_ids=ids,
+                attention_mask=torch.cat([prompt_mask[inverse], mask], dim=1),
+                position_ids=last_position[inverse][:, None] + torch.arange(1, width, device=self.device),
+                use_cache=True,
+                logits_to_keep=1,
+                output_hidden_states=True,
+                **{cache_kwarg(self.trunk): cache},
+            )
+            .hidden_states[-1]
+            .float()
+        )
+        return [torch.cat([first[r : r + 1], rest[r, : n - 1]]) for r, n in enumerate(lengths)]
+
+    @torch.no_grad()
+    def values(self, features: Sequence[torch.Tensor]) -> list[list[float]]:
+        """V at every position of every row (the head in inference)."""
+        return [self.head(f).tolist() for f in features]
+
+    def evaluate(self, episodes: Sequence[Episode], pad_id: int) -> list[list[list[float]]]:
+        """The values V[episode][step][token] of an iteration's episodes. Each step's hidden states are kept
+        (by episode and step index) for `batch_features`, which the update's micro-batches read."""
+        keys, prompts, completions = [], [], []
+        for i, episode in enumerate(episodes):
+            for t, step in enumerate(episode.steps):
+                keys.append((i, t))
+                prompts.append(step.prompt_ids)
+                completions.append(step.completion_ids)
+        features = self.features(prompts, completions, pad_id) if keys else []
+        self._features = dict(zip(keys, features, strict=True))
+        flat = iter(self.values(features))
+        return [[next(flat) for _ in episode.steps] for episode in episodes]
+
+    def batch_features(self, samples: Sequence[StepSample], width: int) -> torch.Tensor:
+        """(B, width, hidden) hidden states of the rows' completion positions (zeros for placeholder rows)."""
+        hidden = self.head.net[0].in_features
+        empty = torch.zeros((1, hidden), device=self.device)
+        rows = [self._features.get((s.episode_index, s.step_index), empty) for s in samples]
+        return pad_features(rows, width)
+
+    # -- persistence ----------------------------------------------------------------------------------
+    def save(self, directory: str | Path) -> None:
+        torch.save(self.head.state_dict(), Path(directory) / VALUE_HEAD_FILE)
+
+    def load(self, directory: str | Path) -> bool:
+        """Load the head from a checkpoint directory; False when it has none."""
+        path = Path(directory) / VALUE_HEAD_FILE
+        if not path.is_file():
+            return False
+        self.head.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
+        return True
+
+
+def pad_features(features: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    """(B, width, hidden) from per-row (L_i, hidden) tensors, zero-padded on the right."""
+    hidden = features[0].size(-1)
+    out = features[0].new_zeros((len(features), width, hidden))
+    for row, f in enumerate(features):
+        n = min(f.size(0), width)
+        out[row, :n] = f[:n]
+    return out
+
+
+def _hidden_size(model: Any) -> int:
+    config = model.config
+    text = getattr(config, "get_text_config", lambda: config)()
+    return int(text.hidden_size)
+
+
+__all__ = ["VALUE_HEAD_FILE", "Critic", "ValueHead", "clipped_value_loss", "pad_features"]

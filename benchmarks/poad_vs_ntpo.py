@@ -1,0 +1,184 @@
+"""POAD vs NTPO vs MS-GRPO on the text kitchen's easiest task (tomato salad) with the embedded SmolLM2-135M,
+side by side on the CPU: the same preset (`experiment=kitchen_learn`), seed and wall-clock budget, one
+process per algorithm started together, one torch thread each, so machine noise hits all three alike.
+
+Each run evaluates its greedy policy on the standard task every `algo.eval_every` iterations. The script
+reports, per algorithm: minutes and iterations to the first greedy eval with success >= the target, the
+final greedy success and return, and the NTPO/POAD and MS-GRPO/POAD ratios of iterations (and minutes) to
+the target; it writes `summary.json`, `summary.md` and `learning_curves.png` into `--out`.
+
+    .venv/bin/python benchmarks/poad_vs_ntpo.py                        # 30 minutes each, side by side
+    .venv/bin/python benchmarks/poad_vs_ntpo.py --minutes 10 --algos poad ntpo
+    .venv/bin/python benchmarks/poad_vs_ntpo.py --summarize outputs/bench/poad_vs_ntpo   # re-read runs
+
+Extra arguments are Hydra overrides for every run (e.g. `algo.learning_rate=1e-5`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ALGOS = ("poad", "ntpo", "msgrpo")
+
+
+def launch(
+    algo: str, out: Path, minutes: float, seed: int, threads: int, extra: list[str]
+) -> subprocess.Popen:
+    run = out / algo
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentrl.cli",
+        "train",
+        "experiment=kitchen_learn",
+        f"algo={algo}",
+        f"seed={seed}",
+        f"algo.time_limit_minutes={minutes}",
+        f"algo.torch_threads={threads}",
+        f"hydra.run.dir={run}",
+        *extra,
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "AGENTRL_NO_PROGRESS": "1"}
+    log = open(out / f"{algo}.log", "w")  # noqa: SIM115 - closed when the process ends
+    print(" ".join(cmd[2:]), flush=True)
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def read_run(run: Path) -> dict:
+    """Greedy eval points (iteration, minutes, success, return) and the final eval of one run."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    points = []
+    before = run / "eval_before.json"
+    if before.is_file():
+        b = json.loads(before.read_text())
+        points.append((0, 0.0, b["success_rate"], b["mean_return"]))
+    for r in rows:
+        if r.get("eval/success_rate") is not None:
+            points.append((r["iteration"], r["time_s"] / 60, r["eval/success_rate"], r["eval/mean_return"]))
+    final = json.loads((run / "eval.json").read_text()) if (run / "eval.json").is_file() else {}
+    if final and rows:
+        points.append(
+            (rows[-1]["iteration"], rows[-1]["time_s"] / 60, final["success_rate"], final["mean_return"])
+        )
+    return {
+        "points": points,
+        "iterations": rows[-1]["iteration"] if rows else 0,
+        "minutes": rows[-1]["time_s"] / 60 if rows else 0.0,
+        "final_success": final.get("success_rate"),
+        "final_return": final.get("mean_return"),
+        "iteration_s": sum(r.get("iteration_s", 0) for r in rows) / max(len(rows), 1),
+        "train_invalid_last": rows[-1].get("train/invalid_rate") if rows else None,
+    }
+
+
+def first_at(points: list[tuple], target: float) -> tuple[int | None, float | None]:
+    for iteration, minutes, success, _ in points:
+        if success >= target:
+            return iteration, minutes
+    return None, None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def summarize(out: Path, algos: list[str], target: float) -> dict:
+    runs = {a: read_run(out / a) for a in algos if (out / a / "metrics.jsonl").is_file()}
+    for data in runs.values():
+        data["target_iteration"], data["target_minutes"] = first_at(data["points"], target)
+    summary: dict = {"target": target, "runs": runs}
+    if "poad" in runs:
+        for other in ("ntpo", "msgrpo"):
+            if other in runs:
+                summary[f"{other}/poad_iterations"] = ratio(
+                    runs[other]["target_iteration"], runs["poad"]["target_iteration"]
+                )
+                summary[f"{other}/poad_minutes"] = ratio(
+                    runs[other]["target_minutes"], runs["poad"]["target_minutes"]
+                )
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    lines = [
+        f"# POAD vs NTPO vs MS-GRPO, kitchen tomato salad (target greedy success >= {target})",
+        "",
+        "| algo | iterations | minutes | s/iteration | to target (iterations) | to target (minutes) |"
+        " final success | final return |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, d in runs.items():
+        to_target = "-" if d["target_minutes"] is None else f"{d['target_minutes']:.1f}"
+        lines.append(
+            f"| {name} | {d['iterations']} | {d['minutes']:.1f} | {d['iteration_s']:.0f} | {d['target_iteration']} |"
+            f" {to_target} | {d['final_success']} | {d['final_return']} |"
+        )
+    for key in ("ntpo/poad_iterations", "ntpo/poad_minutes", "msgrpo/poad_iterations", "msgrpo/poad_minutes"):
+        if key in summary:
+            lines.append(f"\n{key}: {summary[key]}")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    plot(runs, target, out / "learning_curves.png")
+    print("\n".join(lines))
+    return summary
+
+
+def plot(runs: dict, target: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for i, (name, d) in enumerate(runs.items()):
+        if not d["points"]:
+            continue
+        iterations, minutes, success, returns = zip(*d["points"], strict=True)
+        axes[0].plot(iterations, success, "o-", color=f"C{i}", label=name)
+        axes[1].plot(minutes, returns, "o-", color=f"C{i}", label=name)
+    axes[0].axhline(target, color="0.5", ls="--", lw=1, label=f"target {target}")
+    axes[0].set_xlabel("iteration")
+    axes[0].set_ylabel("greedy success (standard task)")
+    axes[0].set_ylim(-0.03, 1.03)
+    axes[1].axhline(1.396, color="0.5", ls=":", lw=1, label="optimal return 1.396")
+    axes[1].set_xlabel("training wall-clock (minutes, side by side)")
+    axes[1].set_ylabel("greedy return")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Kitchen (tomato salad), SmolLM2-135M on CPU: POAD vs NTPO vs MS-GRPO")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--minutes", type=float, default=30.0, help="training budget of each run")
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--target", type=float, default=0.8)
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "poad_vs_ntpo")
+    parser.add_argument(
+        "--summarize", type=Path, default=None, help="only summarise existing runs in this dir"
+    )
+    args, extra = parser.parse_known_args()
+    if args.summarize:
+        summarize(args.summarize, args.algos, args.target)
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    procs = {a: launch(a, args.out, args.minutes, args.seed, args.threads, extra) for a in args.algos}
+    codes = {a: p.wait() for a, p in procs.items()}
+    print(f"all runs ended after {(time.perf_counter() - start) / 60:.1f} min; exit codes {codes}")
+    summarize(args.out, args.algos, args.target)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Every experiment preset composes and passes the pre-launch checks (`--dry-run`) with the tiny test
+model; the transfer presets evaluate a trained run's own model on another env."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+from typer.testing import CliRunner
+
+from agentrl.cli import _sweep_trains, app
+from agentrl.config import CONF_DIR, compose_config
+from agentrl.run import dry_run, plays_trained_model, trained_model
+
+runner = CliRunner()
+PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+
+
+def _preset(name: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONF_DIR / "experiment" / f"{name}.yaml"))
+
+
+def _trains(name: str) -> bool:
+    return any(isinstance(d, dict) and "override /algo" in d for d in _preset(name).get("defaults", []))
+
+
+@pytest.fixture
+def snake_run(tmp_path) -> Path:
+    """A Snake training run as `agentrl train experiment=paper_snake_3b model=tiny-random` leaves it
+    (.hydra/ and a final/ model directory; no weights: a dry run never loads them)."""
+    run = tmp_path / "snake_run"
+    overrides = ["algo=msgrpo", "experiment=paper_snake_3b", "model=tiny-random", "agent.history=2"]
+    cfg = compose_config(["task=train", *overrides])
+    (run / ".hydra").mkdir(parents=True)
+    (run / "final").mkdir()
+    OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
+    OmegaConf.save(OmegaConf.create(["task=train", *overrides]), run / ".hydra" / "overrides.yaml")
+    (run / "final" / "config.json").write_text("{}")
+    return run
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_dry_runs_with_the_tiny_model(name, snake_run, tmp_path):
+    if _trains(name):
+        args = ["train", f"experiment={name}", "model=tiny-random"]
+    elif _preset(name).get("from_run_env"):
+        args = ["eval", f"experiment={name}", f"from_run={snake_run}"]  # the run's model is tiny-random
+    else:
+        args = ["eval", f"experiment={name}", "model=tiny-random"]
+    result = runner.invoke(app, [*args, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "dry run: agentrl" in result.output and "run dir" in result.output
+    assert not (tmp_path / "outputs").exists()  # nothing created
+
+
+def test_paper_presets_hold_the_papers_settings():
+    frozen = compose_config(["task=train", "experiment=paper_frozenlake_3b"])
+    snake = compose_config(["task=train", "experiment=paper_snake_3b"])
+    for cfg in (frozen, snake):
+        assert cfg.model.name_or_path == "Qwen/Qwen2.5-3B-Instruct"
+        assert (cfg.algo.group_size, cfg.algo.groups_per_iteration, cfg.algo.learning_rate) == (16, 2, 1e-6)
+        assert cfg.algo.eval_temperature == 0.5
+    assert (frozen.algo.beta, frozen.algo.temperature, frozen.env.map) == (0.0, 1.25, "random")
+    assert (snake.algo.beta, snake.algo.temperature, snake.algo.top_k) == (0.1, 1.5, 3)
+    zero = compose_config(["experiment=zero_shot_72b"])
+    assert (zero.model.backend, zero.model.name) == ("openai", "Qwen/Qwen2.5-72B-Instruct")
+
+
+def test_transfer_preset_evaluates_the_trained_model_on_frozenlake(snake_run):
+    plan = dry_run("eval", ["experiment=transfer_snake_to_frozenlake", f"from_run={snake_run}"])
+    cfg = plan.cfg
+    assert cfg.model.name_or_path == str((snake_run / "final").resolve())  # not the base model
+    assert cfg.model.name == "tiny-random" and cfg.env.name == "frozenlake" and cfg.env.map == "random"
+    # the run's own agent settings (its preset's cot and answer length, its command line's history)
+    # and its eval temperature stay; the Snake env settings do not
+    assert cfg.agent.cot is True and cfg.agent.history == 2 and cfg.agent.sampling.max_new_tokens == 256
+    assert cfg.agent.sampling.temperature == 0.5 and cfg.env.max_steps == 8
+    assert plan.run_dir is not None and plan.run_dir.name.endswith("_eval_frozenlake")
+
+    poison = dry_run("eval", ["experiment=poison_apple", f"from_run={snake_run}"]).cfg
+    assert poison.env.name == "snake_poison" and poison.env.poison_apples == 2
+    assert poison.model.name_or_path == str((snake_run / "final").resolve())
+    # the command line wins over the trained model: the base model with the same settings
+    base = dry_run(
+        "eval", ["experiment=poison_apple", f"from_run={snake_run}", "model.name_or_path=builtin:x"]
+    )
+    assert base.cfg.model.name_or_path == "builtin:x" and base.cfg.agent.cot is True
+    # ... and eval.json then labels the model that played, not the trained run
+    assert plays_trained_model(cfg, trained_model(snake_run))
+    assert not plays_trained_model(base.cfg, trained_model(snake_run))
+
+
+def test_plain_from_run_keeps_the_runs_own_env(snake_run):
+    cfg = dry_run("eval", [f"from_run={snake_run}"]).cfg
+    assert cfg.env.name == "snake" and cfg.env.max_steps == 8
+    assert cfg.model.name_or_path == str((snake_run / "final").resolve())
+
+
+def test_dry_run_errors_are_one_line_exit_2(snake_run):
+    bad = runner.invoke(app, ["train", "experiment=paper_snake_3b", "algo.nope=1", "--dry-run"])
+    assert bad.exit_code == 2 and "unknown config key 'algo.nope'" in bad.output
+    alone = runner.invoke(app, ["eval", "experiment=poison_apple", "--dry-run"])
+    assert alone.exit_code == 2 and "from_run_env=snake_poison" in alone.output
+    wrong = runner.invoke(app, ["eval", f"from_run={snake_run}", "from_run_env=lake", "--dry-run"])
+    assert wrong.exit_code == 2 and "unknown from_run_env 'lake'" in wrong.output
+
+
+def test_sweep_of_a_training_preset_trains():
+    assert _sweep_trains(["experiment=frozenlake_learn", "seed=0,1,2", "algo.aaw.enabled=true,false"])
+    assert _sweep_trains(["experiment=zero_shot_72b,paper_snake_3b"])
+    assert not _sweep_trains(["experiment=zero_shot_72b", "env=snake"])
