@@ -516,3 +516,47 @@ def test_ctrl_c_saves_a_checkpoint_then_resume_continues(tmp_path, monkeypatch):
     monkeypatch.setattr("agentrl.rollout.rollout", real_rollout)
     train_llm(make_cfg("algo.iterations=3", *overrides), tmp_path, resume=True)
     assert [r["iteration"] for r in metrics_rows(tmp_path)] == [1, 2, 3]
+
+
+# ---- the token budget: bounded micro-batches, the same gradient ---------------------------------------------
+def test_split_by_tokens_keeps_every_row_within_the_budget():
+    from agentrl.trainers.multistep import split_by_tokens
+
+    samples = [
+        StepSample([1] * p, [2] * c, None, [0.5] * c, k, 0, returns=[1.0] * c, old_values=[0.0] * c)
+        for k, (p, c) in enumerate([(30, 3), (5, 1), (12, 2), (40, 4), (8, 8)])
+    ]
+    batch = pack_samples(samples, pad_id=0, device="cpu")
+    batch["num_items_in_batch"] = torch.tensor(18.0)
+    parts = split_by_tokens(batch, budget=40)
+    assert len(parts) > 1
+    for part in parts:
+        rows, width = part["prompt_ids"].size(0), part["prompt_ids"].size(1) + part["completion_ids"].size(1)
+        assert rows == 1 or rows * width <= 40  # a row above the budget is a chunk of its own
+        assert part["num_items_in_batch"] is batch["num_items_in_batch"]
+    # every row survives, unchanged: the real tokens of each chunk equal the original rows'
+    real = [
+        (ids[m.bool()].tolist(), cids[cm.bool()].tolist(), adv[cm.bool()].tolist(), ret[cm.bool()].tolist())
+        for part in parts
+        for ids, m, cids, cm, adv, ret in zip(
+            part["prompt_ids"],
+            part["prompt_mask"],
+            part["completion_ids"],
+            part["completion_mask"],
+            part["advantages"],
+            part["returns"],
+            strict=True,
+        )
+    ]
+    assert real == [(s.prompt_ids, s.completion_ids, s.advantage, s.returns) for s in samples]
+    assert split_by_tokens(batch, budget=10_000) == [batch]
+
+
+def test_a_token_budget_gives_the_same_update(tmp_path):
+    samples = rows([1.0, -1.0, 0.5, -0.5])
+    _, before, whole = one_update(tmp_path / "whole", samples)
+    _, _, split = one_update(tmp_path / "split", samples, "algo.max_batch_tokens=40")  # one row per pass
+    moved = [n for n in before if not torch.equal(before[n], whole[n])]
+    assert moved
+    for name in before:
+        torch.testing.assert_close(split[name], whole[name], atol=1e-6, rtol=1e-5)

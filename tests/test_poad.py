@@ -340,3 +340,17 @@ def test_train_interrupt_and_resume_with_the_value_head(tmp_path, monkeypatch):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2, 3]
     assert all("value_loss" in r and "approx_kl" in r for r in rows)
+
+
+def test_a_token_budget_gives_the_same_policy_and_value_head_update(tmp_path):
+    before, whole, head0, head_whole, _ = poad_update(
+        tmp_path / "a", "algo.ppo_epochs=2", "algo.target_kl=null"
+    )
+    _, split, _, head_split, _ = poad_update(
+        tmp_path / "b", "algo.ppo_epochs=2", "algo.target_kl=null", "algo.max_batch_tokens=40"
+    )
+    assert distance(before, whole) > 0 and distance(head0, head_whole) > 0
+    for name in whole:
+        torch.testing.assert_close(split[name], whole[name], atol=1e-6, rtol=1e-5)
+    for name in head_whole:
+        torch.testing.assert_close(head_split[name], head_whole[name], atol=1e-6, rtol=1e-5)

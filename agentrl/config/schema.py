@@ -740,6 +740,12 @@ class LLMAlgoConfig(Schema):
     gradient_accumulation_steps: int = setting(
         4, "micro-batches per iteration (step samples split evenly)", ge=1
     )
+    max_batch_tokens: int | None = setting(
+        None,
+        "memory bound: a micro-batch above this many padded tokens (rows x prompt+completion width) runs as "
+        "several forward/backward passes with the same gradient; null: no bound",
+        ge=1,
+    )
     entropy_coef: float = setting(0.0, "TRL entropy bonus (0: off)")
     gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass (saves memory)")
     precision: str = setting(

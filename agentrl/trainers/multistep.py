@@ -182,6 +182,65 @@ def action_rows(samples: list[StepSample], device: Any, filler: bool = False) ->
     }
 
 
+#: keys of a packed batch whose second dimension is the prompt's (left-padded) or the completion's columns
+PROMPT_COLUMNS = ("prompt_ids", "prompt_mask")
+COMPLETION_COLUMNS = (
+    "completion_ids",
+    "completion_mask",
+    "advantages",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "returns",
+    "old_values",
+    "value_mask",
+    "critic_features",
+)
+
+
+def split_by_tokens(batch: dict[str, Any], budget: int) -> list[dict[str, Any]]:
+    """A packed micro-batch as consecutive row chunks of at most `budget` padded tokens each (rows x
+    (prompt + completion width), times the candidates of action-level rows), each trimmed to its own
+    widths; a row larger than the budget is a chunk of its own. Values that are not per row
+    (`num_items_in_batch`) are shared, so the chunks' losses add up to the micro-batch's."""
+    prompt_mask, completion_mask = batch["prompt_mask"], batch["completion_mask"]
+    rows = prompt_mask.size(0)
+    prompt_len = prompt_mask.sum(-1).tolist()
+    completion_len = completion_mask.sum(-1).tolist()
+    candidates = [len(c) for c in batch["candidates"]] if "candidates" in batch else [1] * rows
+    chunks: list[tuple[int, int]] = []
+    start, width_p, width_c, widest = 0, 0, 0, 1
+    for row in range(rows):
+        p, c, k = (
+            max(width_p, prompt_len[row]),
+            max(width_c, completion_len[row]),
+            max(widest, candidates[row]),
+        )
+        if row > start and (row - start + 1) * (p + c) * k > budget:
+            chunks.append((start, row))
+            start, p, c, k = row, prompt_len[row], completion_len[row], candidates[row]
+        width_p, width_c, widest = p, c, k
+    chunks.append((start, rows))
+    if len(chunks) == 1:
+        return [batch]
+    parts = []
+    for lo, hi in chunks:
+        p = max(int(max(prompt_len[lo:hi])), 1)
+        c = max(int(max(completion_len[lo:hi])), 1)
+        part: dict[str, Any] = {}
+        for key, value in batch.items():
+            if torch.is_tensor(value) and value.dim() >= 1 and value.size(0) == rows:
+                value = value[lo:hi]
+                if key in PROMPT_COLUMNS:
+                    value = value[:, value.size(1) - p :]
+                elif key in COMPLETION_COLUMNS and value.dim() >= 2:
+                    value = value[:, :c]
+            elif isinstance(value, list) and len(value) == rows:
+                value = value[lo:hi]
+            part[key] = value
+        parts.append(part)
+    return parts
+
+
 def split_even(items: list[Any], parts: int) -> list[list[Any]]:
     """`parts` consecutive chunks whose sizes differ by at most one (none dropped)."""
     base, extra = divmod(len(items), parts)
@@ -236,6 +295,7 @@ class MultiStepTrainer(GRPOTrainer):
         actor_critic: ActorCritic | None = None,
         ppo_epochs: int = 1,
         target_kl: float | None = None,
+        max_batch_tokens: int | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -245,6 +305,7 @@ class MultiStepTrainer(GRPOTrainer):
         self.actor_critic = actor_critic
         self.ppo_epochs = ppo_epochs
         self.target_kl = target_kl
+        self.max_batch_tokens = max_batch_tokens
         self._train_logps: torch.Tensor | None = None  # the last training forward's log-probs (for the KL)
         self._reset_epoch_stats()
         self.trl_logprobs = False  # force TRL's own log-prob path (benchmarks/trainer_overhead.py)
@@ -256,6 +317,17 @@ class MultiStepTrainer(GRPOTrainer):
         self.last_saved_step: int | None = None  # the iteration of the newest checkpoint this run wrote
         self.add_callback(SkipEmptyUpdate(lambda: self._empty_iteration))
         self.add_callback(PPOEpochs(self._before_optimizer_step, self._more_epochs))
+
+    # -- memory: a token budget per forward/backward ----------------------------------------------------
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
+        """With `max_batch_tokens`, a micro-batch above the budget runs as several forward/backward passes
+        (`split_by_tokens`), so no episode length or batch size can exhaust memory; the gradient and the
+        returned loss equal the unsplit ones (every chunk's loss is divided by the iteration's total)."""
+        if not self.max_batch_tokens:
+            return super().training_step(model, inputs, num_items_in_batch)
+        model.train()
+        parts = split_by_tokens(self._prepare_inputs(inputs), self.max_batch_tokens)
+        return sum(super().training_step(model, part, num_items_in_batch) for part in parts)
 
     # -- generation: one iteration per optimizer step -----------------------------------------------
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
@@ -800,6 +872,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
         else ActorCritic(critic, algo.critic_learning_rate, algo.value_coef, algo.value_clip),
         ppo_epochs=getattr(algo, "ppo_epochs", 1),
         target_kl=getattr(algo, "target_kl", None),
+        max_batch_tokens=algo.max_batch_tokens,
     )
     trainer.remove_callback(PrinterCallback)  # the progress bar and metrics.jsonl replace its prints
     trainer.remove_callback(ProgressCallback)
@@ -882,6 +955,7 @@ def _unused_reward(*args: Any, **kwargs: Any) -> list[float]:
 
 __all__ = [
     "ActorCritic",
+    "split_by_tokens",
     "MultiStepTrainer",
     "grpo_config",
     "pack_samples",
