@@ -28,6 +28,7 @@ from agentrl.envs.kitchen import (
     KitchenEnv,
     KitchenState,
     action_values,
+    optimal_actions,
 )
 from agentrl.errors import ConfigError, UnknownChoiceError
 from agentrl.rollout import rollout
@@ -392,3 +393,29 @@ def test_cli_tiny_dqn_training(tmp_path):
     assert result.exit_code == 0, result.output
     metrics = json.loads((run / "eval.json").read_text())
     assert metrics["algo"] == "dqn" and metrics["env"] == "kitchen" and metrics["total_timesteps"] == 300
+
+
+def test_random_start_begins_part_way_through_an_optimal_play():
+    env = KitchenEnv(task="tomato_lettuce_salad")
+    initial = env.reset(seed=0)[0]
+    starts, returns = set(), []
+    for seed in range(60):
+        obs, info = env.reset(seed=seed, options={"random_start": 1.0})
+        assert "Counter (whole): tomato, lettuce, onion" not in obs or "You hold: nothing" not in obs
+        starts.add(obs.split("\n", 1)[1])
+        # the planner finishes the salad from there; only the moves still to make pay
+        total, done = 0.0, False
+        while not done:
+            action = optimal_actions(env._recipe_set, env.kitchen, env.max_steps - env.steps_taken)[0]
+            _, reward, done, truncated, info = env.step(action)
+            total += reward
+            assert not truncated
+        assert info["success"]
+        returns.append(round(total, 3))
+    assert len(starts) >= 5  # k = 1..6 moves into the 2-ingredient plan
+    # k = 1 leaves 6 moves (4 subtasks + delivery, 1.8 - 0.006); the full game is 7 moves (1.793)
+    assert max(returns) == pytest.approx(1.794)
+    assert min(returns) == pytest.approx(1.0 - 0.001)  # only the delivery left
+    assert env.reset(seed=0, options={"random_start": 0.0})[0] == initial
+    with pytest.raises(ConfigError):
+        env.reset(seed=0, options={"random_start": 1.5})

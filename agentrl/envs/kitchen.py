@@ -25,7 +25,9 @@ each chopped recipe ingredient is put on the plate, +1 a correct delivery, -0.1 
 delivery then clears the plate.
 
 The reset seed only shuffles the order in which the counter lists its ingredients; the dynamics are
-deterministic given the actions. The rules live here as plain functions (`transition`) so the planner
+deterministic given the actions. Reset option ``random_start`` (a probability, training curricula only):
+the episode starts after the first k moves of an optimal play, k uniform in 1..3n for a recipe of n
+ingredients (so the delivery is always left to do); the subtask rewards of those moves count as paid. The rules live here as plain functions (`transition`) so the planner
 (`optimal_actions`, used by agents/planning_kitchen.py) runs the env's own dynamics.
 """
 
@@ -192,6 +194,17 @@ def state_from_dict(state: dict[str, Any]) -> KitchenState:
     )
 
 
+def _probability(value: Any) -> float:
+    """The `random_start` reset option as a float in [0, 1]; ConfigError otherwise."""
+    try:
+        p = float(value)
+    except (TypeError, ValueError):
+        p = float("nan")
+    if isinstance(value, bool) or not 0.0 <= p <= 1.0:  # NaN fails the comparison too
+        raise ConfigError(f"kitchen reset option random_start must be a probability in [0, 1], got {value!r}")
+    return p
+
+
 def _join(words: list[str] | tuple[str, ...]) -> str:
     """`a`, `a and b`, `a, b and c`."""
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
@@ -206,6 +219,7 @@ class KitchenEnv(TextEnv):
 
     name = "kitchen"
     action_names = list(ACTION_NAMES)
+    reset_option_names = ("random_start",)
 
     def __init__(self, task: str = "tomato_salad", max_steps: int = 20, render_mode: str | None = None):
         if task not in TASKS:
@@ -234,6 +248,18 @@ class KitchenEnv(TextEnv):
         self.delivered = False
         self.wrong_deliveries = 0
         self.message = ""
+        random_start = _probability(options.get("random_start", 0.0))
+        if random_start > 0 and self.np_random.random() < random_start:
+            self._play_optimally(int(self.np_random.integers(1, 3 * len(self.recipe) + 1)))
+
+    def _play_optimally(self, moves: int) -> None:
+        """Advance the kitchen by `moves` optimal moves (a curriculum start; no reward is paid for them)."""
+        for _ in range(moves):
+            action = optimal_actions(self._recipe_set, self.kitchen, self.max_steps)[0]
+            out = transition(self._recipe_set, self.kitchen, action)
+            self.kitchen = out.state
+            if out.event == "plate":
+                self.plate_order.append(INGREDIENTS[action // 3])
 
     def _step(self, index: int) -> tuple[float, bool, bool, dict[str, Any]]:
         if self.delivered:  # stepping after the episode ended: nothing happens
