@@ -6,8 +6,10 @@ One TRL "generation" is one iteration of multi-step RL (docs/architecture.md#one
                  sampling), through a view of the policy with the training sampling settings
     credit       the algorithm's pure credit assignment (agentrl/algos/<name>.py) -> rows with advantages
     pack         rows -> TRL's tensors: prompt = that step's observation prompt, completion = what the
-                 policy generated there, advantages, old log-probs, reference log-probs when beta > 0
-    update       TRL's clipped token-level surrogate, KL, optimizer step, scheduler, accumulation
+                 policy generated there, advantages, old log-probs, reference log-probs when beta > 0,
+                 and with a critic (trainers/critic.py) its hidden states, old values and value targets
+    update       TRL's clipped token-level surrogate, KL, the value loss, optimizer step, scheduler,
+                 accumulation; `algo.ppo_epochs` passes with a KL gate on the policy's step
     callbacks    rollout-cache reset, time limit, periodic eval, checkpoints, metrics (callbacks.py)
 
 TRL internals overridden (trl 1.16, pinned in pyproject because these move):
@@ -19,6 +21,11 @@ TRL internals overridden (trl 1.16, pinned in pyproject because these move):
 - `_get_per_token_logps_and_entropies`: TRL's fused LM head scores every prompt position on devices
   without Triton (CPU); `trainers/logps.py` scores only completion tokens and runs shared prompt text
   once (exact). CUDA keeps TRL's path unless `algo.shared_prefix` asks for it.
+- `_compute_loss`: TRL's loss, plus the critic's value loss (POAD, TWOSOME, RLFT with GAE); action-level
+  rows (TWOSOME) use the clipped surrogate on the candidate-set policy instead of TRL's token loss.
+- `create_optimizer`: adds the value head as its own parameter group (its learning rate, Adam eps 1e-5).
+- `training_step`: with `algo.max_batch_tokens`, a micro-batch above the budget runs as several
+  forward/backward passes (`split_by_tokens`); the gradient is the same.
 - `log`: adds the iteration's rollout metrics to TRL's averaged loss statistics.
 - `_save_checkpoint`: writes `checkpoint-<iteration>/` atomically with a manifest of its files (written
   last; resume checks it), then prunes old ones.
