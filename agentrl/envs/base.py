@@ -18,6 +18,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from agentrl.errors import ConfigError
+
 # Observation text alphabet for the gymnasium Text space (printable ASCII plus newline).
 TEXT_CHARSET = frozenset(chr(c) for c in range(32, 127)) | {"\n"}
 
@@ -122,6 +124,17 @@ class TextEnv(gym.Env):
     def numeric_observation(self) -> np.ndarray:
         """The current state as a float32 vector/planes for DQN (see NumericObservation)."""
         raise NotImplementedError
+
+
+def reset_probability(env: str, key: str, value: Any) -> float:
+    """A probability reset option (e.g. `random_start`) as a float in [0, 1]; ConfigError otherwise."""
+    try:
+        p = float(value)
+    except (TypeError, ValueError):
+        p = float("nan")
+    if isinstance(value, bool) or not 0.0 <= p <= 1.0:  # NaN fails the comparison too
+        raise ConfigError(f"{env} reset option {key} must be a probability in [0, 1], got {value!r}")
+    return p
 
 
 class NumericObservation(gym.ObservationWrapper):

@@ -18,7 +18,7 @@ from gymnasium.envs.toy_text.frozen_lake import MAPS, generate_random_map
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
 from gymnasium.envs.toy_text.utils import categorical_sample
 
-from agentrl.envs.base import TextEnv
+from agentrl.envs.base import TextEnv, reset_probability
 from agentrl.errors import ConfigError, UnknownChoiceError
 
 MAP_CHOICES = ("4x4", "8x8", "random")
@@ -45,19 +45,6 @@ def transition_model(
     treat the result as read-only. Planners use it for value iteration (agents/planning_grid.py).
     """
     return _transition_table(tuple(rows), bool(slippery))
-
-
-def _probability(value: Any) -> float:
-    """The `random_start` reset option as a float in [0, 1]; ConfigError otherwise."""
-    try:
-        p = float(value)
-    except (TypeError, ValueError):
-        p = float("nan")
-    if isinstance(value, bool) or not 0.0 <= p <= 1.0:  # NaN fails the comparison too
-        raise ConfigError(
-            f"frozenlake reset option random_start must be a probability in [0, 1], got {value!r}"
-        )
-    return p
 
 
 class FrozenLakeEnv(TextEnv):
@@ -114,7 +101,7 @@ class FrozenLakeEnv(TextEnv):
 
     # ---- episode dynamics ------------------------------------------------------------------
     def _reset(self, options: dict) -> None:
-        random_start = _probability(options.get("random_start", 0.0))
+        random_start = reset_probability(self.name, "random_start", options.get("random_start", 0.0))
         if self.map_name == "random":
             # The map seed comes from the reset seed's generator: same seed -> same map.
             self._set_map(

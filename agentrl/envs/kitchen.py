@@ -40,7 +40,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentrl.envs.base import TextEnv
+from agentrl.envs.base import TextEnv, reset_probability
 from agentrl.errors import ConfigError, UnknownChoiceError
 
 INGREDIENTS = ("tomato", "lettuce", "onion")
@@ -194,17 +194,6 @@ def state_from_dict(state: dict[str, Any]) -> KitchenState:
     )
 
 
-def _probability(value: Any) -> float:
-    """The `random_start` reset option as a float in [0, 1]; ConfigError otherwise."""
-    try:
-        p = float(value)
-    except (TypeError, ValueError):
-        p = float("nan")
-    if isinstance(value, bool) or not 0.0 <= p <= 1.0:  # NaN fails the comparison too
-        raise ConfigError(f"kitchen reset option random_start must be a probability in [0, 1], got {value!r}")
-    return p
-
-
 def _join(words: list[str] | tuple[str, ...]) -> str:
     """`a`, `a and b`, `a, b and c`."""
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
@@ -248,7 +237,7 @@ class KitchenEnv(TextEnv):
         self.delivered = False
         self.wrong_deliveries = 0
         self.message = ""
-        random_start = _probability(options.get("random_start", 0.0))
+        random_start = reset_probability(self.name, "random_start", options.get("random_start", 0.0))
         if random_start > 0 and self.np_random.random() < random_start:
             self._play_optimally(int(self.np_random.integers(1, 3 * len(self.recipe) + 1)))
 
