@@ -229,5 +229,20 @@ def test_cli_eval_with_the_linucb_planner(tmp_path):
     )
     assert metrics["mean_length"] == 50 and 0 < metrics["mean_regret"] < 20
     assert metrics["mean_action_coverage"] == 1.0
-    # the decision diagnostics assume fixed arm means, which this env does not have
-    assert "diagnostics" not in metrics
+    # the decision diagnostics, on the means of each press's own context
+    assert metrics["diagnostics"]["curves"]["regret_mean"][-1] == pytest.approx(
+        metrics["mean_regret"], abs=1e-4
+    )
+
+
+def test_evals_get_the_decision_diagnostics_with_per_context_regret():
+    from agentrl.agents.baselines import RandomAgent
+    from agentrl.diagnostics import diagnostics_section
+    from agentrl.rollout import rollout
+
+    episodes = rollout(lambda: ContextualBanditEnv(horizon=15), RandomAgent(), [0, 1, 2])
+    section = diagnostics_section(episodes)
+    assert section is not None
+    # the regret curve is built from the means each press was drawn from: its last point is the env's regret
+    final = [e.final_info["regret"] for e in episodes]
+    assert section["curves"]["regret_mean"][-1] == pytest.approx(np.mean(final), abs=1e-5)

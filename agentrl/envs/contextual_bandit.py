@@ -11,7 +11,8 @@ theta_a ~ N(0, scale^2 I) drawn per seed, a button's expected reward is
 The episode never terminates early; it truncates at `horizon`. The observation shows the current
 context and the last `history` presses with their contexts. ``info`` carries ``context`` (the features
 of the next press), ``arm_means`` and ``best_arm``/``best_arm_name`` for that context, and ``regret``,
-the cumulative expected regret ``sum_t (max_a mu_a(x_t) - mu_{a_t}(x_t))``. ``success`` at the end: in
+the cumulative expected regret ``sum_t (max_a mu_a(x_t) - mu_{a_t}(x_t))``, and ``step_arm_means`` (the K
+means of every press so far, for the evaluation's decision diagnostics). ``success`` at the end: in
 the second half of the episode, the pressed button was the best one for its context more than half of
 the time.
 
@@ -123,6 +124,7 @@ class ContextualBanditEnv(TextEnv):
     def _clear(self) -> None:
         self.counts = [0] * self.arms
         self.sums = [0.0] * self.arms
+        self.step_means: list[list[float]] = []  # the K means each press was drawn from (diagnostics)
         self.t = 0
         self.last_action: int | None = None
         self.last_reward: float | None = None
@@ -186,6 +188,7 @@ class ContextualBanditEnv(TextEnv):
         self.actions.append(index)
         self.rewards.append(reward)
         self.best_pulls.append(index == int(np.argmax(means)))
+        self.step_means.append([float(m) for m in means])
         self.context = self._draw_context()  # the context of the next press
         success = self.t >= self.horizon and self.mostly_best()
         return reward, False, success, {}
@@ -204,6 +207,8 @@ class ContextualBanditEnv(TextEnv):
         info["best_arm"] = int(np.argmax(means))
         info["best_arm_name"] = self.action_names[info["best_arm"]]
         info["regret"] = float(self.regret)
+        # per press, the means of that press's context: agentrl/diagnostics.py's regret and greediness curves
+        info["step_arm_means"] = list(self.step_means)
         judged = max(self.t - 1, 1)
         info["episode_metrics"] = {
             "regret": float(self.regret),
