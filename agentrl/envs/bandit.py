@@ -59,6 +59,29 @@ COLOURS: tuple[str, ...] = (
 REWARD_KINDS = ("bernoulli", "gaussian")
 
 
+def pull_arm(env: Any, index: int, means: np.ndarray) -> float:
+    """Draw arm `index`'s reward (Bernoulli or Gaussian around `means[index]`) and update the pull
+    statistics a bandit env keeps: greedy and most-frequent pulls (judged against the history before this
+    pull), counts, sums, t, the last action and reward, and the expected regret. Shared by BanditEnv and
+    ContextualBanditEnv (there `means` are the current context's)."""
+    mean = float(means[index])
+    if env.reward_kind == "bernoulli":
+        reward = float(env.np_random.random() < mean)
+    else:
+        reward = float(env.np_random.normal(mean, env.gaussian_sd))
+    if env.t > 0:  # diagnostics judge the choice against the history before it
+        tried = [a for a in range(env.arms) if env.counts[a]]
+        best_mean = max(env.sums[a] / env.counts[a] for a in tried)
+        env.greedy_pulls += int(env.counts[index] > 0 and env.sums[index] / env.counts[index] == best_mean)
+        env.frequent_pulls += int(env.counts[index] == max(env.counts))
+    env.counts[index] += 1
+    env.sums[index] += reward
+    env.t += 1
+    env.last_action, env.last_reward = index, reward
+    env.regret += float(np.max(means)) - mean
+    return reward
+
+
 class BanditEnv(TextEnv):
     """K-armed bandit with coloured buttons; actions are the colour names of this episode."""
 
@@ -117,23 +140,7 @@ class BanditEnv(TextEnv):
         self._clear()
 
     def _step(self, index: int) -> tuple[float, bool, bool, dict[str, Any]]:
-        mean = float(self.arm_means[index])
-        if self.reward_kind == "bernoulli":
-            reward = float(self.np_random.random() < mean)
-        else:
-            reward = float(self.np_random.normal(mean, self.gaussian_sd))
-        if self.t > 0:  # diagnostics judge the choice against the history before it
-            tried = [a for a in range(self.arms) if self.counts[a]]
-            best_mean = max(self.sums[a] / self.counts[a] for a in tried)
-            self.greedy_pulls += int(
-                self.counts[index] > 0 and self.sums[index] / self.counts[index] == best_mean
-            )
-            self.frequent_pulls += int(self.counts[index] == max(self.counts))
-        self.counts[index] += 1
-        self.sums[index] += reward
-        self.t += 1
-        self.last_action, self.last_reward = index, reward
-        self.regret += float(self.arm_means.max()) - mean
+        reward = pull_arm(self, index, self.arm_means)
         self.transitions.append((index, reward))
         success = self.t >= self.horizon and self.best_arm_identified()
         return reward, False, success, {}

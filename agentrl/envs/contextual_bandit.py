@@ -29,7 +29,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentrl.envs.bandit import COLOURS, REWARD_KINDS
+from agentrl.envs.bandit import COLOURS, REWARD_KINDS, pull_arm
 from agentrl.envs.base import TextEnv
 from agentrl.errors import ConfigError, UnknownChoiceError
 
@@ -167,23 +167,7 @@ class ContextualBanditEnv(TextEnv):
 
     def _step(self, index: int) -> tuple[float, bool, bool, dict[str, Any]]:
         means = self.arm_means
-        mean = float(means[index])
-        if self.reward_kind == "bernoulli":
-            reward = float(self.np_random.random() < mean)
-        else:
-            reward = float(self.np_random.normal(mean, self.gaussian_sd))
-        if self.t > 0:  # diagnostics judge the choice against the history before it
-            tried = [a for a in range(self.arms) if self.counts[a]]
-            best_mean = max(self.sums[a] / self.counts[a] for a in tried)
-            self.greedy_pulls += int(
-                self.counts[index] > 0 and self.sums[index] / self.counts[index] == best_mean
-            )
-            self.frequent_pulls += int(self.counts[index] == max(self.counts))
-        self.counts[index] += 1
-        self.sums[index] += reward
-        self.t += 1
-        self.last_action, self.last_reward = index, reward
-        self.regret += float(means.max()) - mean
+        reward = pull_arm(self, index, means)
         self.contexts.append([float(v) for v in self.context])
         self.actions.append(index)
         self.rewards.append(reward)

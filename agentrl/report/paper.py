@@ -529,16 +529,6 @@ def figure_paper_bars(rows: Sequence[Row], styles: dict[str, Any]) -> Any:
     return fig
 
 
-def _save(fig: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    try:
-        fig.savefig(path, dpi=120)
-    finally:
-        plt.close(fig)
-    return path
-
-
 # ---------------------------------------------------------------------------------------------
 # entry point
 # ---------------------------------------------------------------------------------------------
@@ -567,6 +557,8 @@ def build_paper_report(
         writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
         writer.writeheader()
         writer.writerows(r.csv_row() for r in report.rows)
+    from agentrl.report.plots import _save
+
     plots: list[Path] = []
     try:
         styles = _styles([r.method for r in runs])
@@ -575,7 +567,7 @@ def build_paper_report(
             ("paper_bars.png", figure_paper_bars(report.section(MAIN), styles)),
         ):
             if fig is not None:
-                plots.append(_save(fig, out_dir / name))
+                plots.append(_save(fig, out_dir / name, dpi=120))
     except Exception as exc:  # noqa: BLE001 - plots must never cost the tables
         log.error("report: plotting failed: %s", exc)
     report.files = [out_dir / "paper.md", csv_path, *plots]

@@ -527,11 +527,11 @@ def figure_final_eval(groups: Sequence[GroupSummary], styles: dict[StyleKey, Sty
     return fig
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(fig: Any, path: Path, dpi: int = 110) -> Path:
     import matplotlib.pyplot as plt
 
     try:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=dpi)
     finally:
         plt.close(fig)
     return path
