@@ -65,11 +65,16 @@ def cache_root(cache_dir: str | None = None) -> Path:
 
 
 def resolve_device(device: str | None = "auto") -> str:
-    """ "auto" -> "cuda" when a GPU is visible, else "cpu"; anything else is returned as given."""
+    """ "auto" -> "cuda" when a GPU is visible (under a launcher: this process's GPU, cuda:LOCAL_RANK),
+    else "cpu"; anything else is returned as given."""
     import torch
 
     if device in (None, "", "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        if not torch.cuda.is_available():
+            return "cpu"
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        return "cuda"
     return str(device)
 
 
@@ -432,7 +437,25 @@ def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = Fal
         device = model_cfg.device
     device = resolve_device(device)
     dtype = resolve_dtype(model_cfg.dtype, device)
-    options: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model_cfg.trust_remote_code}
+    attn = model_cfg.attn_implementation
+    if attn == "flash_attention_2":
+        # checked here, in one line, before transformers' own ImportError deep inside from_pretrained
+        if importlib.util.find_spec("flash_attn") is None:
+            raise ConfigError(
+                "model.attn_implementation=flash_attention_2: the flash_attn package is not installed; "
+                "install it on the CUDA machine (pip install flash-attn --no-build-isolation) "
+                "or use model.attn_implementation=sdpa (the default)"
+            )
+        if not model_cfg.device_map and not device.startswith("cuda"):
+            raise ConfigError(
+                f"model.attn_implementation=flash_attention_2: needs a CUDA GPU (device {device}); "
+                "use model.attn_implementation=sdpa"
+            )
+    options: dict[str, Any] = {
+        "dtype": dtype,
+        "trust_remote_code": model_cfg.trust_remote_code,
+        "attn_implementation": attn,
+    }
     device_map = model_cfg.device_map
     if device_map:  # sharded over several GPUs by accelerate; `device` is then ignored
         options["device_map"] = device_map
@@ -449,7 +472,7 @@ def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = Fal
                 model = AutoModelForCausalLM.from_pretrained(path, **options)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load model {path!r}: {_one_line(exc)}") from exc
-    if not device_map:
+    if not device_map and not _engine_places_weights():
         model.to(device)
     tokenizer = load_tokenizer(model_cfg)
     if model.generation_config.pad_token_id is None:
@@ -459,6 +482,15 @@ def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = Fal
     model.train(for_training)
     log.info("Loaded %s (%s, %s) on %s", model_cfg.name, path, dtype, device)
     return model, tokenizer
+
+
+def _engine_places_weights() -> bool:
+    """True while a sharding engine's config is active (ZeRO-3, FSDP): it has loaded the weights sharded
+    (or on the meta device) and puts them on the devices itself."""
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+    from transformers.modeling_utils import is_fsdp_enabled
+
+    return bool(is_deepspeed_zero3_enabled() or is_fsdp_enabled())
 
 
 def apply_lora(model: Any, lora_cfg: LoRAConfig) -> Any:

@@ -10,10 +10,12 @@ process aimed at a directory in use is refused. Every job records `status.json`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +25,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl import distributed as dist
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.config import CONF_DIR, CONFIG_GROUPS, compose_config, split_sweep
 from agentrl.errors import AgentRLError, ConfigError, RunDirError
@@ -339,7 +342,8 @@ def launch(
         overrides, resume = _pop_resume(overrides, resume)
     if task == "eval":
         overrides = _eval_overrides(overrides)
-    lock: RunLock | None = None
+    given = list(overrides)  # what a relaunch passes on to its processes
+    lock: RunLock | BorrowedLock | None = None
     if resume is not None:
         run = load_train_run(Path(resume), "cannot resume")
         overrides = [f"task={task}", *resume_overrides(run, overrides)]
@@ -351,13 +355,22 @@ def launch(
         if is_complete(run.root) and not _asks_for_more(cfg, run):
             _say_complete(run)
             return []
-        lock = claim(run.root, resume=True)
+        lock = _claim(lambda: claim(run.root, resume=True), resume=True)
     else:
         overrides = [f"task={task}", *overrides]
         for job in split_sweep(overrides) if multirun else [overrides]:
-            check_job(job)
+            cfg = check_job(job)
+            if multirun and _processes(cfg) > 1:
+                raise ConfigError(
+                    "a sweep runs its jobs in one process each: run distributed training with agentrl train"
+                )
         if not multirun:
-            lock = _claim_new(overrides)
+            lock = _claim(lambda: _claim_new(overrides), resume=False)
+    if lock is not None and not dist.launched() and _processes(cfg) > 1:
+        try:
+            return _relaunch(task, given, resume, lock, cfg)
+        finally:
+            lock.release()
     if lock is not None:
         overrides = [o for o in overrides if override_key(o) != "hydra.run.dir"]
         overrides.append(f"hydra.run.dir={quote(lock.path)}")
@@ -373,6 +386,114 @@ def launch(
         if lock is not None:
             lock.release()
     return list(_RESULTS)
+
+
+class BorrowedLock:
+    """A run directory another process holds the lock of (the relaunching parent, or process 0 of a
+    distributed run): this process writes into it but neither takes nor releases the lock."""
+
+    def __init__(self, path: Path, resume: bool):
+        self.path = Path(path).resolve()
+        self.resume = resume
+
+    def release(self) -> None:
+        return None
+
+
+def _claim(take: Any, *, resume: bool) -> RunLock | BorrowedLock | None:
+    """`take()` the run directory's lock; under a launcher only process 0 takes it (or nobody, when the
+    relaunching parent holds it) and every process learns the directory from it."""
+    if not dist.launched():
+        return take()
+    dist.ensure_process_group()
+    borrowed = os.environ.get(dist.LOCKED_RUN_DIR)
+    if borrowed:
+        return BorrowedLock(Path(borrowed), resume)
+    lock, error = None, None
+    if dist.is_main():
+        try:
+            lock = take()
+        except AgentRLError as exc:  # the others learn of it below, then process 0 raises it
+            error = exc
+    path = dist.gather(str(lock.path) if lock is not None else None)[0]
+    if error is not None:
+        raise error
+    if path is None:
+        raise RunDirError("process 0 chose no run directory: name one with hydra.run.dir=<dir>")
+    return lock if dist.is_main() else BorrowedLock(Path(path), resume)
+
+
+def _processes(cfg: DictConfig) -> int:
+    """How many processes a composed job asks for (1 without `distributed`, or outside train)."""
+    node = cfg.get("distributed")
+    if cfg.get("task") != "train" or node is None or str(node.name) == "none":
+        return 1
+    return int(node.num_processes) if node.num_processes is not None else 2  # null: every GPU (>= 2)
+
+
+def _relaunch(
+    task: str, given: list[str], resume: str | Path | None, lock: RunLock | BorrowedLock, cfg: DictConfig
+) -> list[tuple[Path, dict[str, Any]]]:
+    """Run this command again as several processes (accelerate launch; torchrun without CUDA) in the
+    directory this process has locked; wait for them and return the run's result."""
+    import json
+    import subprocess
+
+    import torch
+
+    from agentrl.config import typed
+    from agentrl.trainers.multistep import resolve_precision
+
+    cuda = torch.cuda.is_available()
+    precision = resolve_precision(str(cfg.algo.get("precision", "auto")), "cuda" if cuda else "cpu")
+    where = [f"resume={lock.path}"] if resume is not None else [f"hydra.run.dir={quote(lock.path)}"]
+    args = [task, *[o for o in given if override_key(o) != "hydra.run.dir"], *where]
+    cmd = dist.launcher_command(
+        typed(cfg.distributed), args, cuda=cuda, mixed_precision="bf16" if precision == "bf16-mixed" else "no"
+    )
+    log.info("distributed=%s: %s", cfg.distributed.name, " ".join(cmd))
+    # its own session: a Ctrl-C in the terminal reaches this process only, which forwards it once
+    launcher = subprocess.Popen(
+        cmd, env={**os.environ, dist.LOCKED_RUN_DIR: str(lock.path)}, start_new_session=True
+    )
+    with _forward_stop_signals(launcher.pid) as forwarded:
+        code = launcher.wait()
+    if code != 0:
+        # a forwarded stop signal: the processes saved and stopped; exit as a one-process run would
+        raise SystemExit(128 + forwarded[0] if forwarded else code)
+    result = lock.path / "eval.json"
+    return [(lock.path, json.loads(result.read_text()))] if result.is_file() else []
+
+
+@contextlib.contextmanager
+def _forward_stop_signals(launcher_pid: int) -> Iterator[list[int]]:
+    """While the training processes run, a stop signal to this process goes to each of them (not to the
+    launcher, which would kill them before they save): they stop together after the iteration in
+    progress, save a checkpoint and exit, and so does the launcher."""
+    import signal
+
+    import psutil
+
+    from agentrl.trainers.signals import STOP_SIGNALS
+
+    forwarded: list[int] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        forwarded.append(signum)
+        try:
+            workers = psutil.Process(launcher_pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for worker in workers:
+            with contextlib.suppress(psutil.Error):
+                worker.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in STOP_SIGNALS}
+    try:
+        yield forwarded
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _pop_resume(overrides: list[str], resume: str | Path | None) -> tuple[list[str], str | Path | None]:
@@ -564,19 +685,25 @@ def _hydra_main(cfg: DictConfig) -> None:
         log.error("%s", exc)
         raise SystemExit(exc.exit_code) from exc
     resume = held is not None and held.resume
+    main = dist.is_main()  # of several processes, the first writes the run's status
+    if not main:
+        logging.getLogger("agentrl").setLevel(logging.WARNING)  # one process tells the story
     try:
-        start_status(run_dir, str(cfg.task), resume=resume)
+        if main:
+            start_status(run_dir, str(cfg.task), resume=resume)
         try:
             metrics = run_job(cfg, run_dir, resume=resume)
         except BaseException as exc:
-            end_status(run_dir, exc)
+            if main:
+                end_status(run_dir, exc)
             if isinstance(exc, AgentRLError):
                 # Hydra would print a traceback; a user error is one line and a non-zero exit.
                 log.error("%s", exc)
                 raise SystemExit(exc.exit_code) from exc
             raise
         done = {"train_time_s": metrics["train_time_s"]} if "train_time_s" in metrics else {}
-        end_status(run_dir, None, **done)
+        if main:
+            end_status(run_dir, None, **done)
     finally:
         if held is None:
             lock.release()
@@ -663,6 +790,8 @@ def run_train(cfg: DictConfig, run_dir: Path, resume: bool | None = None) -> dic
         resume = cfg.get("resume") is not None
     result = train(cfg, run_dir, resume=resume)
     extra = dict(result.extra)
+    if not dist.is_main():  # of several processes, the first writes the results
+        return {**result.metrics, **extra}
     if resume and "train_time_s" in extra:
         # A trainer times the part it ran (or, DQN, since its checkpoint); metrics.jsonl's time_s runs on
         # across parts, so the larger of the two is the training time of the whole run.

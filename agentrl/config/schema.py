@@ -307,6 +307,9 @@ class AgentRLConfig(Schema):
     agent: Any = setting(None, "who acts in eval (agent=<option>, conf/agent/)")
     model: Any = setting(None, "the language model and its backend (model=<option>, conf/model/)")
     algo: Any = setting(None, "the training algorithm (algo=<option>, conf/algo/); null outside train")
+    distributed: Any = setting(
+        None, "train: several processes/GPUs (distributed=<option>, conf/distributed/)"
+    )
 
 
 # =====================================================================================================
@@ -635,6 +638,12 @@ class ModelConfig(Schema):
     dtype: str = setting("auto", "auto: bf16 on CUDA, fp32 on CPU; or a dtype name", choices=DTYPES)
     device: str = setting("auto", "auto: cuda if visible, else cpu; or a torch device")
     device_map: Any = setting(None, "e.g. auto: shard across all visible GPUs (accelerate); overrides device")
+    attn_implementation: str = setting(
+        "sdpa",
+        "hf backend: transformers attention kernel: sdpa (torch, any device) | eager | flash_attention_2"
+        " (CUDA, needs pip install flash-attn)",
+        choices=("sdpa", "eager", "flash_attention_2"),
+    )
     trust_remote_code: bool = setting(False, "allow model code from the hub")
     prefix_cache: bool = setting(
         True, "hf backend: reuse the shared prompt head's KV states across rows and calls"
@@ -941,6 +950,43 @@ class DQNConfig(Schema):
 
 
 # =====================================================================================================
+# distributed: several training processes (docs/distributed.md)
+# =====================================================================================================
+#: distributed option -> the accelerate config TRL ships for it (trl/accelerate_configs/<name>.yaml)
+ACCELERATE_CONFIGS = {"ddp": "multi_gpu", "zero2": "zero2", "zero3": "zero3", "fsdp2": "fsdp2"}
+DISTRIBUTED = ("none", *ACCELERATE_CONFIGS)
+
+
+@dataclass
+class DistributedConfig(Schema):
+    """Every conf/distributed/*.yaml: how many training processes and which engine shares the model."""
+
+    PREFIX: ClassVar[str | None] = "distributed"
+
+    name: str = setting(
+        "none",
+        "none | ddp (a full copy per GPU) | zero2 | zero3 | fsdp2 (shard the model)",
+        choices=DISTRIBUTED,
+    )
+    num_processes: int | None = setting(
+        None, "processes (one per GPU); null: every visible GPU (none: 1)", ge=1
+    )
+    main_process_port: int | None = setting(
+        None,
+        "rendezvous port of the launcher; null: the launcher's default (set it to run two jobs on one node)",
+    )
+    num_machines: int = setting(1, "nodes (multi-node: also machine_rank and main_process_ip)", ge=1)
+    machine_rank: int = setting(0, "this node's index among num_machines", ge=0)
+    main_process_ip: str | None = setting(None, "multi-node: the address of node 0")
+
+    def check(self, prefix: str) -> None:
+        if self.name == "none" and (self.num_processes or 1) > 1:
+            self.fail(prefix, "num_processes", "needs a distributed engine, e.g. distributed=ddp")
+        if self.num_machines > 1 and not self.main_process_ip:
+            self.fail(prefix, "main_process_ip", "required with num_machines > 1 (the address of node 0)")
+
+
+# =====================================================================================================
 # registry: which schema each group option uses
 # =====================================================================================================
 #: group -> option -> schema. A model option always uses ModelConfig.
@@ -970,6 +1016,7 @@ SCHEMAS: dict[str, dict[str, type[Schema]]] = {
         "rlft": RLFTConfig,
         "dqn": DQNConfig,
     },
+    "distributed": {name: DistributedConfig for name in DISTRIBUTED},
 }
 ROOT_SCHEMA_NAME = "agentrl_schema"
 
@@ -994,6 +1041,7 @@ def schema_name(cls: type[Schema]) -> str:
         POADConfig: "poad",
         RLFTConfig: "rlft",
         DQNConfig: "dqn",
+        DistributedConfig: "distributed",
     }
     return f"{names[cls]}_schema"
 

@@ -12,11 +12,15 @@ if asked.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerCallback
+
+from agentrl import distributed as dist
+from agentrl.trainers.signals import TrainingInterrupted
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +87,8 @@ class TimeLimit(TrainerCallback):
         return control
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        if self.seconds and time.perf_counter() - self.start >= self.seconds:
+        # every process stops after the same iteration (their clocks differ a little)
+        if dist.any_true(bool(self.seconds) and time.perf_counter() - self.start >= self.seconds):
             log.info("Time limit reached after iteration %d: stopping", state.global_step)
             control.should_training_stop = True
         return control
@@ -134,6 +139,11 @@ class SignalSafePoints(TrainerCallback):
         self.stop = stop
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if self.stop.collective:
+            # several processes: all stop at the same iteration when any of them got a signal
+            if dist.any_true(self.stop.stopping):
+                raise TrainingInterrupted(self.stop.received or signal.SIGTERM)
+            return control
         self.stop.check()
         return control
 

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from agentrl.agents.kvcache import cache_kwarg, prefill_shared
+from agentrl.syncforward import synced_forwards
 from agentrl.types import Episode, StepSample
 
 VALUE_HEAD_FILE = "value_head.pt"
@@ -99,7 +100,8 @@ class Critic:
         prompt's last token). Per chunk of `rows`, each distinct prompt runs once (their common head once
         more, agents/kvcache.py) and only the completions run per row; the values equal a plain forward."""
         out: list[torch.Tensor] = []
-        with self._trunk_context():
+        # the dummies of synced_forwards run while the adapter is still off: the same modules on every process
+        with self._trunk_context(), synced_forwards(self.trunk):
             for start in range(0, len(prompts), rows):
                 out.extend(
                     self._chunk_features(

@@ -41,6 +41,7 @@ the whole iteration, so the micro-batch losses add up to one token-level mean.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -58,19 +59,20 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from trl import GRPOConfig, GRPOTrainer
 
+from agentrl import distributed as dist
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.console import set_torch_threads
 from agentrl.errors import ConfigError
 from agentrl.rollout import collect_groups, informative_group_count
 from agentrl.runlog import (
     MetricsLog,
-    atomic_dir,
     newest_valid_checkpoint,
     progress,
     prune_checkpoints,
     write_json,
     write_manifest,
 )
+from agentrl.syncforward import synced_forwards
 from agentrl.trainers.callbacks import (
     CheckpointEvery,
     MetricsWriter,
@@ -103,6 +105,13 @@ def training_seed(seed: int, iteration: int, group: int, limit: int = TRAIN_SEED
     return int.from_bytes(digest, "little") % limit
 
 
+def global_group(round_: int, group: int, groups: int, rank: int = 0, world: int = 1) -> int:
+    """Index of process `rank`'s group `group` (of `groups` per process) in rollout round `round_`,
+    numbered over all `world` processes: one process with 2B groups plays exactly the groups two
+    processes with B groups each play, and no two processes play the same one."""
+    return (round_ * world + rank) * groups + group
+
+
 def rollout_metrics(episodes: list[Episode], advantages: list[float]) -> dict[str, float]:
     """Per-iteration statistics of the training rollouts (what the agent did with sampling on)."""
     n = max(len(episodes), 1)
@@ -121,6 +130,43 @@ def rollout_metrics(episodes: list[Episode], advantages: list[float]) -> dict[st
         "groups": groups,
         "zero_variance_groups": groups - informative_group_count(episodes),
     }
+
+
+#: per-process metrics that add up over processes; those in MAX_METRICS take the slowest process's
+#: value; the rest (rates, means) are weighted by the process's episodes
+SUM_METRICS = frozenset(
+    {
+        "train/episodes",
+        "groups",
+        "zero_variance_groups",
+        "samples",
+        "train_tokens",
+        "generated_tokens",
+        "episodes_kept",
+        "rollout_tokens_per_s",
+        "update_tokens_per_s",
+    }
+)
+MAX_METRICS = frozenset({"rollout_rounds", "rollout_s", "update_s", "iteration_s", "update_skipped"})
+
+
+def merge_process_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
+    """One iteration's metrics from every process's own (rank order) -> the run's: counts and throughputs
+    add up, times are the slowest process's, rates and means are weighted by episodes."""
+    if len(rows) == 1:
+        return rows[0]
+    weights = [max(float(r.get("train/episodes", 1)), 1e-9) for r in rows]
+    merged: dict[str, float] = {}
+    for key in rows[0]:
+        values = [r[key] for r in rows if key in r]
+        if key in SUM_METRICS:
+            merged[key] = sum(values)
+        elif key in MAX_METRICS:
+            merged[key] = max(values)
+        else:
+            pairs = [(r[key], w) for r, w in zip(rows, weights, strict=True) if key in r]
+            merged[key] = sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
+    return merged
 
 
 def pack_samples(
@@ -248,6 +294,32 @@ def split_by_tokens(batch: dict[str, Any], budget: int) -> list[dict[str, Any]]:
     return parts
 
 
+def blank_rows(batch: dict[str, Any]) -> dict[str, Any]:
+    """`batch` with no token to learn from (masks and advantages zero): a pass that computes what a real
+    one does (the same collectives) and adds nothing to the loss or the gradient."""
+    blank = dict(batch)
+    for key in ("completion_mask", "advantages", "value_mask"):
+        if key in blank:
+            blank[key] = torch.zeros_like(blank[key])
+    if "candidates" in blank:
+        blank["filler"] = True
+    return blank
+
+
+def _padded_gather(accelerator: Any) -> Callable[[Any], Any]:
+    """accelerate's `gather` for tensors whose first dimension differs across processes: each is padded
+    to the longest (NaN for floats, which TRL's nanmin/nanmax statistics skip) before the gather."""
+    gather = accelerator.gather
+
+    def padded(tensor: Any) -> Any:
+        if not torch.is_tensor(tensor) or tensor.dim() == 0:
+            return gather(tensor)
+        fill = float("nan") if tensor.is_floating_point() else 0
+        return gather(accelerator.pad_across_processes(tensor, dim=0, pad_index=fill))
+
+    return padded
+
+
 def split_even(items: list[Any], parts: int) -> list[list[Any]]:
     """`parts` consecutive chunks whose sizes differ by at most one (none dropped)."""
     base, extra = divmod(len(items), parts)
@@ -324,6 +396,9 @@ class MultiStepTrainer(GRPOTrainer):
         self.last_saved_step: int | None = None  # the iteration of the newest checkpoint this run wrote
         self.add_callback(SkipEmptyUpdate(lambda: self._empty_iteration))
         self.add_callback(PPOEpochs(self._before_optimizer_step, self._more_epochs))
+        if self.accelerator.num_processes > 1:
+            # each process's micro-batch has its own row count; TRL gathers per-row statistics
+            self.accelerator.gather = _padded_gather(self.accelerator)
 
     # -- memory: a token budget per forward/backward ----------------------------------------------------
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
@@ -334,7 +409,15 @@ class MultiStepTrainer(GRPOTrainer):
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()
         parts = split_by_tokens(self._prepare_inputs(inputs), self.max_batch_tokens)
-        return sum(super().training_step(model, part, num_items_in_batch) for part in parts)
+        # every process runs as many passes as the one that needs most (each pass holds collectives)
+        parts += [blank_rows(parts[-1])] * (int(dist.all_max(len(parts))) - len(parts))
+        loss = 0.0
+        for k, part in enumerate(parts):
+            # processes split differently, so only the last chunk's backward may synchronise gradients
+            sync = k == len(parts) - 1
+            with contextlib.nullcontext() if sync else self.accelerator.no_sync(model):
+                loss = loss + super().training_step(model, part, num_items_in_batch)
+        return loss
 
     # -- generation: one iteration per optimizer step -----------------------------------------------
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
@@ -354,19 +437,35 @@ class MultiStepTrainer(GRPOTrainer):
         samples, metrics = self.collect(self.state.global_step)  # 0-based index of this iteration
         pad_id = self.processing_class.pad_token_id
         action_level = any(s.candidates is not None for s in samples)
-        # the loss is a mean over the iteration's tokens, or over its actions for action-level rows
-        total_tokens = len(samples) if action_level else sum(len(s.completion_ids) for s in samples)
-        self._empty_iteration = not samples
+        # the loss is a mean over the iteration's tokens (or actions, for action-level rows) on every
+        # process together; an update is skipped only when no process has a row
+        local_tokens = len(samples) if action_level else sum(len(s.completion_ids) for s in samples)
+        total_tokens, total_rows = dist.all_sum([local_tokens, len(samples)])
+        self._empty_iteration = total_rows == 0
         metrics["update_skipped"] = float(self._empty_iteration)
         if not samples:
-            # No informative episode: a zero-advantage placeholder row keeps the accumulation loop
+            # No informative episode (here): a zero-advantage placeholder row keeps the accumulation loop
             # intact (its loss and gradient are exactly 0) and SkipEmptyUpdate skips the step.
             token = [int(pad_id)]
             samples = [StepSample(token, token, None, 0.0, -1, -1)]
-        metrics["samples"] = len(samples) if total_tokens else 0
+        metrics["samples"] = len(samples) if local_tokens else 0
         metrics["train_tokens"] = sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
         self._iteration_metrics = metrics
         self._reset_epoch_stats()
+        # the no-grad forwards below (old, reference and candidate log-probs) depend on the rows: under a
+        # sharded engine every process runs as many (synced_forwards; nothing to do otherwise)
+        references = [self.ref_model] if self.ref_model is not None else []
+        with synced_forwards(self.model, *references):
+            batches = self._pack_micro_batches(samples, parts, total_tokens, action_level)
+        self._update_start = time.perf_counter()
+        return batches
+
+    def _pack_micro_batches(
+        self, samples: list[StepSample], parts: int, total_tokens: float, action_level: bool
+    ) -> list[dict[str, Any]]:
+        """The iteration's rows as `parts` packed micro-batches, with what the loss reads besides them:
+        reference and old log-probs, critic features, candidate sets."""
+        pad_id = self.processing_class.pad_token_id
         # fewer rows than micro-batches: the empty ones repeat the last row with advantage 0 (no gradient)
         # and no value targets
         filler = dataclasses.replace(samples[-1], advantage=0.0, returns=None, old_values=None)
@@ -390,7 +489,6 @@ class MultiStepTrainer(GRPOTrainer):
                     with torch.no_grad(), self.compute_loss_context_manager():
                         batch["old_action_logps"] = self._action_log_policy(self.model, batch)[0]
             batches.append(batch)
-        self._update_start = time.perf_counter()
         return batches
 
     @staticmethod
@@ -458,6 +556,9 @@ class MultiStepTrainer(GRPOTrainer):
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         if (
             (input_ids.device.type in ("cuda", "xpu") and not self.shared_prefix)
+            # several processes: one forward per pass on each (the kernel's count depends on the rows, and
+            # every forward of a DDP/FSDP model is a collective)
+            or self.accelerator.num_processes > 1
             or self.trl_logprobs
             or compute_aux_loss
             or any(v is not None for v in multimodal.values())
@@ -550,7 +651,9 @@ class MultiStepTrainer(GRPOTrainer):
             outside = (ratio < 1 - self.epsilon_low) | (ratio > 1 + self.epsilon_high)
             self._metrics["train"]["clip_ratio/region_mean"].append(float(outside.float().mean()))
             self._metrics["train"]["entropy"].append(float(entropy.mean()))
-        return per_row.sum() / inputs["num_items_in_batch"].clamp(min=1.0)
+        # like TRL's dapo loss: the processes' gradients are averaged, so each divides by its share
+        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        return per_row.sum() / normalizer
 
     # -- PPO epochs, the KL gate and the value head's optimisation -----------------------------------------
     def _reset_epoch_stats(self) -> None:
@@ -572,12 +675,14 @@ class MultiStepTrainer(GRPOTrainer):
     def _before_optimizer_step(self, model: Any) -> None:
         """Before each optimizer step (every epoch): the value head's own gradient clipping (the Trainer
         clips only the policy), and the KL gate on the policy's step."""
-        kl_sum, kl_tokens = self._kl_window
+        kl_sum, kl_tokens = dist.all_sum(self._kl_window)  # the gate decides for every process alike
         self._kl_window = [0.0, 0.0]
         approx_kl = kl_sum / kl_tokens if kl_tokens else 0.0
         self._epoch_kls.append(approx_kl)
         if self.actor_critic is not None:
             head = list(self.actor_critic.critic.head.parameters())
+            # the head is outside DDP: each process's gradient is its rows' share of the global mean
+            dist.sum_gradients(head)
             if self._empty_iteration:
                 for param in head:
                     param.grad = None
@@ -616,6 +721,7 @@ class MultiStepTrainer(GRPOTrainer):
             extra["iteration_s"] = now - self._iteration_start
             if extra["update_s"] > 0:
                 extra["update_tokens_per_s"] = extra.get("train_tokens", 0) / extra["update_s"]
+            extra = merge_process_metrics(dist.gather(extra))
             if extra.get("update_skipped"):
                 # TRL's entropy and clip statistics would describe the zero-advantage placeholder row
                 logs = {k: v for k, v in logs.items() if k != "entropy" and not k.startswith("clip_ratio")}
@@ -627,19 +733,24 @@ class MultiStepTrainer(GRPOTrainer):
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         root = Path(self.args.output_dir)
         name = f"checkpoint-{self.state.global_step}"
-        with atomic_dir(root / name) as staging:
+        # every process writes its part (its RNG state; its shards under ZeRO/FSDP), process 0 the rest
+        with dist.shared_atomic_dir(root / name) as staging:
             self.args.output_dir = str(staging)
             try:
                 super()._save_checkpoint(model, trial)  # writes staging/<name>/
             finally:
                 self.args.output_dir = str(root)
-            for child in (staging / name).iterdir():
-                os.replace(child, staging / child.name)
-            (staging / name).rmdir()
-            if self.actor_critic is not None:
-                self.actor_critic.critic.save(staging)
-            write_manifest(staging, step=self.state.global_step, optimizer=not self.args.save_only_model)
+            dist.barrier()
+            if dist.is_main():
+                for child in (staging / name).iterdir():
+                    os.replace(child, staging / child.name)
+                (staging / name).rmdir()
+                if self.actor_critic is not None:
+                    self.actor_critic.critic.save(staging)
+                write_manifest(staging, step=self.state.global_step, optimizer=not self.args.save_only_model)
         self.last_saved_step = self.state.global_step
+        if not dist.is_main():
+            return
         prune_checkpoints(root, self.keep_checkpoints, current=self.state.global_step)
         log.info("Saved %s%s", root / name, " (model only)" if self.args.save_only_model else "")
 
@@ -714,6 +825,8 @@ def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str
         log_completions=False,
         dataloader_num_workers=0,
         save_only_model=not algo.save_optimizer,
+        # DDP: every trainable parameter takes part in each forward (frozen layers do not require grad)
+        ddp_find_unused_parameters=False,
     )
 
 
@@ -727,9 +840,14 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     from agentrl.agents.llm import build_llm_agent
     from agentrl.config import typed
     from agentrl.envs import env_factory
-    from agentrl.evaluation import eval_seeds, evaluate
+    from agentrl.evaluation import episode_metrics, eval_seeds, evaluate
     from agentrl.models import freeze_layers, load_model, model_config, resolve_device
 
+    dist.ensure_process_group()  # before the model loads: each process on its own device
+    rank, world = dist.rank(), dist.world_size()
+    main = dist.is_main()
+    if not main:
+        os.environ["AGENTRL_NO_PROGRESS"] = "1"  # one progress display: the main process's
     spec = LLM_ALGORITHMS[cfg.algo.name]
     algo = typed(cfg.algo)
     run_dir = Path(run_dir)
@@ -753,6 +871,9 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     # fp32), so the frozen base can stay bf16 with mixed precision
     lora_base = precision == "bf16-mixed" and model_cfg.lora.r > 0
     dtype = "bfloat16" if precision == "bf16-pure" or lora_base else "float32"
+    # TRL's config first: under ZeRO-3 (and FSDP's RAM-efficient loading) building it tells transformers
+    # to load the weights already sharded, instead of a full copy per process
+    args = grpo_config(algo, run_dir, device, int(cfg.seed), precision)
     model, tokenizer = load_model(dataclasses.replace(model_cfg, dtype=dtype), for_training=True)
     log.info("Precision: %s (weights %s)", precision, dtype)
     log.info("Trainable parameters: %d", freeze_layers(model, algo.trainable_layers))
@@ -762,6 +883,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     if critic is not None:
         if checkpoint is not None and not critic.load(checkpoint):
             log.warning("%s has no value head: the critic starts untrained", checkpoint.name)
+        dist.broadcast_parameters(critic.head)  # outside DDP: every process starts from process 0's head
         log.info("Critic: value head on the frozen %s", "LoRA base" if critic.lora else "initial weights")
     if spec.name == "rlft" and not cfg.agent.get("cot", False):
         log.warning("algo=rlft trains rationales: set agent.cot=true (the presets experiment=rlft_* do)")
@@ -806,14 +928,34 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     seed = int(cfg.seed)
 
     def run_eval(description: str, episodes: int | None = None) -> tuple[dict[str, Any], list[Episode]]:
-        return evaluate(
-            eval_env,
-            eval_agent,
-            seeds_eval[: episodes or None],
-            lockstep=cfg.eval.lockstep,
-            description=description,
-            agent_seed=seed,
-        )
+        seeds = seeds_eval[: episodes or None]
+        if world == 1:
+            return evaluate(
+                eval_env,
+                eval_agent,
+                seeds,
+                lockstep=cfg.eval.lockstep,
+                description=description,
+                agent_seed=seed,
+            )
+        # every process plays every world-th seed; the episodes come back in seed order on all of them
+        mine = seeds[rank::world]
+        with synced_forwards(model):  # every process enters, even one without seeds
+            played = (
+                evaluate(
+                    eval_env,
+                    eval_agent,
+                    mine,
+                    lockstep=cfg.eval.lockstep,
+                    description=description,
+                    agent_seed=seed,
+                )[1]
+                if mine
+                else []
+            )
+        shards = dist.gather(played)
+        ordered = [shards[k % world][k // world] for k in range(len(seeds))]
+        return episode_metrics(ordered), ordered
 
     # -- the evaluation before training (kept across resumes) --
     before_path = run_dir / "eval_before.json"
@@ -822,27 +964,32 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
         before = json.loads(before_path.read_text())
     elif algo.eval_before and checkpoint is None:
         before, _ = run_eval("eval before training")
-        write_json(before_path, before)
+        if main:
+            write_json(before_path, before)
         log.info("Before training: success %.3f return %.3f", before["success_rate"], before["mean_return"])
 
     # -- one iteration's rows --
     seed_limit = int(cfg.eval.seed_offset)
-    groups = algo.groups_per_iteration
+    groups = algo.groups_per_iteration  # per process: each process rolls out its own groups
+
+    def group_index(round_: int, group: int) -> int:
+        return global_group(round_, group, groups, rank, world)
 
     def collect(iteration: int) -> tuple[list[StepSample], dict[str, float]]:
         start = time.perf_counter()
-        episodes, rounds = collect_groups(
-            train_env,
-            train_agent,
-            group_seeds=lambda r: [
-                training_seed(seed, iteration, r * groups + g, seed_limit) for g in range(groups)
-            ],
-            group_size=algo.group_size,
-            agent_seed=lambda r: training_seed(seed, iteration, 10_000 + r),
-            min_informative=algo.min_informative_groups,
-            max_rounds=algo.max_rollout_rounds,
-            reset_options=reset_options,
-        )
+        with synced_forwards(model):  # a sharded model: every process makes as many forward calls
+            episodes, rounds = collect_groups(
+                train_env,
+                train_agent,
+                group_seeds=lambda r: [
+                    training_seed(seed, iteration, group_index(r, g), seed_limit) for g in range(groups)
+                ],
+                group_size=algo.group_size,
+                agent_seed=lambda r: training_seed(seed, iteration, 10_000 + r * world + rank),
+                min_informative=algo.min_informative_groups,
+                max_rounds=algo.max_rollout_rounds,
+                reset_options=reset_options,
+            )
         rollout_s = time.perf_counter() - start
         rng = np.random.default_rng([seed, iteration, 7])
         if critic is not None:
@@ -864,7 +1011,6 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
         return credit.samples, metrics
 
     # -- TRL --
-    args = grpo_config(algo, run_dir, device, seed, precision)
     trainer = MultiStepTrainer(
         model=model,
         reward_funcs=[_unused_reward],
@@ -885,12 +1031,13 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     trainer.remove_callback(ProgressCallback)
     pending: dict[str, Any] = {}
     minutes = algo.time_limit_minutes
-    metrics_log = MetricsLog(run_dir, resume=resume)
+    metrics_log = MetricsLog(run_dir, resume=resume) if main else None
     done_before = trainer_step(checkpoint)
-    stop = StopSignals()
+    # several processes stop together: a signal only marks the stop, and every iteration's start asks all
+    stop = StopSignals(collective=world > 1)
 
     def periodic_eval(step: int) -> dict[str, Any]:
-        if stop.stopping:  # a signal held during this iteration: the checkpoint comes first
+        if dist.any_true(stop.stopping):  # a signal held during this iteration: the checkpoint comes first
             return {}
         return run_eval(f"eval @ {step}", algo.periodic_eval_episodes)[0]
 
@@ -905,24 +1052,27 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
                     TimeLimit(minutes * 60 if minutes else None),
                     PeriodicEval(algo.eval_every, periodic_eval, pending),
                     CheckpointEvery(algo.checkpoint_every),
-                    MetricsWriter(metrics_log, bar, pending, METRIC_RENAMES),
+                    MetricsWriter(metrics_log, bar, pending, METRIC_RENAMES) if main else None,
                     SignalSafePoints(stop),  # after MetricsWriter: a held signal waits for the row
                 ):
-                    trainer.add_callback(callback)
+                    if callback is not None:
+                        trainer.add_callback(callback)
                 trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         except (TrainingInterrupted, KeyboardInterrupt) as exc:
             signum = exc.signum if isinstance(exc, TrainingInterrupted) else int(signal.SIGINT)
             raise _save_on_stop(trainer, run_dir, signum, done_before) from None
         finally:
-            metrics_log.close()
+            if metrics_log is not None:
+                metrics_log.close()
     train_time = time.perf_counter() - start
 
     if algo.save_final:
-        with atomic_dir(run_dir / "final") as tmp:
-            trainer.save_model(str(tmp))
-            tokenizer.save_pretrained(str(tmp))
-            if critic is not None:
-                critic.save(tmp)
+        with dist.shared_atomic_dir(run_dir / "final") as tmp:
+            trainer.save_model(str(tmp))  # every process: ZeRO-3/FSDP gather the weights
+            if main:
+                tokenizer.save_pretrained(str(tmp))
+                if critic is not None:
+                    critic.save(tmp)
     final, episodes = run_eval("eval after training")
     log.info("After training: success %.3f return %.3f", final["success_rate"], final["mean_return"])
     extra: dict[str, Any] = {"iterations": algo.iterations, "train_time_s": round(train_time, 3)}
@@ -964,6 +1114,7 @@ __all__ = [
     "ActorCritic",
     "split_by_tokens",
     "MultiStepTrainer",
+    "global_group",
     "grpo_config",
     "pack_samples",
     "rollout_metrics",

@@ -35,10 +35,11 @@ class StopSignals:
     Outside the main thread, where Python cannot install handlers, it does nothing; a signal the process
     ignores when it starts stays ignored."""
 
-    def __init__(self, signals: tuple[int, ...] = STOP_SIGNALS):
+    def __init__(self, signals: tuple[int, ...] = STOP_SIGNALS, *, collective: bool = False):
         self.signals = signals
+        self.collective = collective
         self.received: int | None = None
-        self._held = False
+        self._held = collective
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignals:
@@ -76,7 +77,10 @@ class StopSignals:
         self._held = True
 
     def release(self) -> None:
-        """End a `hold()`; a signal received during it raises now."""
+        """End a `hold()`; a signal received during it raises now. Collective: several processes stop
+        only together, so a signal stays held until `SignalSafePoints` asks them all."""
+        if self.collective:
+            return
         self._held = False
         self.check()
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from agentrl.agents.backends.base import Backend, Completion, SamplingConfig
 from agentrl.errors import BackendError
+from agentrl.syncforward import is_sharded
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,8 @@ class HFBackend(Backend):
         device = self.device
         # inference_mode is fastest, but tensors it creates can never join autograd: use no_grad when the
         # model is being trained so lazily built buffers stay usable by the backward pass.
-        grad_context = torch.no_grad() if was_training else torch.inference_mode()
+        # (and under FSDP2, whose sharded weights cannot be used for training after an inference_mode forward)
+        grad_context = torch.no_grad() if was_training or is_sharded(self.model) else torch.inference_mode()
         rng_devices = [device] if device.type == "cuda" else []
         try:
             with grad_context, torch.random.fork_rng(devices=rng_devices, enabled=seed is not None):

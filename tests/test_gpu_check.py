@@ -1,0 +1,108 @@
+"""benchmarks/gpu_check.py on the CPU: its pieces (peak table, MFU, the weight comparison), and the whole
+check end to end with `--tiny --device cpu` (a 2-layer Qwen2 model, full fine-tuning then LoRA)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu_check = _load()
+
+
+@pytest.mark.parametrize(
+    ("name", "tflops"),
+    [
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA H100 80GB HBM3", 989.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H100 NVL", 835.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("NVIDIA L40S", 362.0),
+        ("Tesla T4", None),
+    ],
+)
+def test_peak_bf16_table(name, tflops):
+    assert gpu_check.peak_tflops(name) == tflops
+
+
+def test_mfu_is_model_flops_over_peak():
+    # 6 * 1e9 params * 1000 tokens / 1 s = 6e12 FLOP/s of a 60 TFLOP/s peak: 10%
+    assert gpu_check.mfu(10**9, 1000, 1.0, 60.0) == pytest.approx(0.1)
+    assert gpu_check.mfu(10**9, 1000, 1.0, 60.0, factor=4) == pytest.approx(4e12 / 60e12)
+    assert gpu_check.mfu(10**9, 1000, 1.0, None) is None
+
+
+def test_changed_fraction_counts_differing_elements():
+    before = torch.zeros(10)
+    after = before.clone()
+    after[:3] = 1e-6
+    assert gpu_check.changed_fraction(before, after) == pytest.approx(0.3)
+    with pytest.raises(gpu_check.CheckFailed):
+        gpu_check.changed_fraction(before, torch.zeros(5))
+
+
+def test_iterations_below_two_are_refused():
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(["--iterations", "1"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_without_cuda_it_says_so_and_exits_2(tmp_path, capsys):
+    assert gpu_check.main(["--out", str(tmp_path / "x.json")]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_tiny_cpu_run_end_to_end_moves_the_weights(tmp_path, capsys):
+    out = tmp_path / "gpu_check.json"
+    code = gpu_check.main(["--tiny", "--device", "cpu", "--out", str(out), "--peak-tflops", "0.05"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    summary = json.loads(out.read_text())
+    assert summary["passed"] and summary["failures"] == []
+    assert summary["model"]["num_hidden_layers"] == 2
+    full, lora = summary["runs"]["full"], summary["runs"]["lora"]
+
+    assert full["precision"] == "fp32" and full["trainable_dtype"] == ["float32"]  # auto on the CPU
+    assert full["weights_moved"]["ok"] and full["weights_moved"]["min"] > 0.9
+    assert full["trainable_parameters"] == full["parameters"]
+
+    assert lora["lora_r"] == 16 and 0 < lora["trainable_parameters"] < lora["parameters"]
+    assert lora["weights_moved"]["ok"] and lora["weights_moved"]["min"] > 0.9  # every lora_B tensor
+    assert lora["weights_moved"]["lora_A_overall"] > 0  # the second update reached A through B
+    assert lora["frozen_unchanged"] and all(v == 0 for v in lora["frozen_unchanged"].values())
+
+    for run in (full, lora):
+        assert [r["iteration"] for r in run["iterations"]] == [1, 2]
+        assert run["rollout_tokens_per_s"] > 0 and run["update_tokens_per_s"] > 0
+        assert run["peak_gpu_memory_gib"] is None  # CPU
+        last = run["iterations"][-1]
+        factor = 6 if run["mode"] == "full" else 4
+        expected = factor * run["parameters"] * last["train_tokens"] / last["update_s"] / 0.05e12
+        assert run["mfu"] == pytest.approx(expected)
+    assert "gpu_check PASSED" in printed and "update tok/s" in printed
+
+
+def test_weights_that_cannot_move_fail_the_check(tmp_path, capsys):
+    """A learning rate far below fp32's resolution: the update rounds away, and the check says so."""
+    out = tmp_path / "gpu_check.json"
+    argv = ["--tiny", "--device", "cpu", "--out", str(out), "--runs", "full", "algo.learning_rate=1e-30"]
+    assert gpu_check.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "gpu_check FAILED: full: weights did not move" in err
+    summary = json.loads(out.read_text())
+    assert not summary["passed"] and not summary["runs"]["full"]["weights_moved"]["ok"]
