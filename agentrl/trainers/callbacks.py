@@ -30,13 +30,14 @@ class RolloutCacheReset(TrainerCallback):
     (prefix KV states, one-token logits). Fused optimizers update in place without moving the parameters'
     version counters, so the backend cannot see the change by itself."""
 
-    def __init__(self, backend: Any):
-        self.backend = backend
+    def __init__(self, *backends: Any):
+        self.backends = [b for b in backends if b is not None]
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        changed = getattr(self.backend, "weights_changed", None)
-        if changed is not None:
-            changed()
+        for backend in self.backends:
+            changed = getattr(backend, "weights_changed", None)
+            if changed is not None:
+                changed()
         return control
 
 

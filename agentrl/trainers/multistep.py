@@ -247,6 +247,8 @@ COMPLETION_COLUMNS = (
     "old_values",
     "value_mask",
     "critic_features",
+    "sampling_per_token_logps",
+    "importance_sampling_ratio",
 )
 
 
@@ -386,6 +388,8 @@ class MultiStepTrainer(GRPOTrainer):
         self.target_kl = target_kl
         self.max_batch_tokens = max_batch_tokens
         self._train_logps: torch.Tensor | None = None  # the last training forward's log-probs (for the KL)
+        # rollouts through TRL's vLLM engine (model.backend=vllm): rows get its importance-sampling ratio
+        self.rollout_backend: Any = None
         self._reset_epoch_stats()
         self.trl_logprobs = False  # force TRL's own log-prob path (benchmarks/trainer_overhead.py)
         self._micro_step = 0
@@ -475,9 +479,11 @@ class MultiStepTrainer(GRPOTrainer):
             rows = chunk or [filler]
             batch = pack_samples(rows, pad_id, device, with_old_logprobs=self.num_iterations > 1)
             batch["num_items_in_batch"] = torch.tensor(float(max(total_tokens, 1)), device=device)
+            if self.rollout_backend is not None and not action_level:
+                self._add_importance_ratio(batch, rows)
             if self.beta != 0.0:
                 batch["ref_per_token_logps"] = self._reference_logps(batch)
-            if self.ppo_epochs > 1:
+            if self.ppo_epochs > 1 and "old_per_token_logps" not in batch:
                 batch["old_per_token_logps"] = self._rollout_logps(batch)
             if self.actor_critic is not None:
                 batch["critic_features"] = self.actor_critic.critic.batch_features(
@@ -490,6 +496,27 @@ class MultiStepTrainer(GRPOTrainer):
                         batch["old_action_logps"] = self._action_log_policy(self.model, batch)[0]
             batches.append(batch)
         return batches
+
+    def _add_importance_ratio(self, batch: dict[str, Any], rows: list[StepSample]) -> None:
+        """vLLM sampled the rows with the trainer's weights but its own numerics: TRL's importance-sampling
+        correction reweights each token's loss by pi_train / pi_vLLM, truncated or masked as its mode and
+        cap say (agents/backends/trl_vllm.py)."""
+        from agentrl.agents.backends.trl_vllm import importance_ratio, sampling_logps_tensor
+
+        train = self._rollout_logps(batch)
+        width = batch["completion_ids"].size(1)
+        sampling = sampling_logps_tensor(rows, width, batch["completion_ids"].device)
+        batch["sampling_per_token_logps"] = sampling
+        batch["importance_sampling_ratio"] = importance_ratio(
+            train,
+            sampling,
+            batch["completion_mask"],
+            self.vllm_importance_sampling_mode,
+            self.vllm_importance_sampling_clip_max,
+            clip_min=self.vllm_importance_sampling_clip_min,
+        )
+        if self.ppo_epochs > 1:
+            batch["old_per_token_logps"] = train  # the same forward the epochs would take
 
     @staticmethod
     def _sequences(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -593,7 +620,13 @@ class MultiStepTrainer(GRPOTrainer):
         if "candidates" in inputs:
             loss = self._action_level_loss(model, inputs)
         else:
-            loss = super()._compute_loss(model, inputs)
+            # TRL multiplies the per-token loss by the rows' importance-sampling ratio only under use_vllm,
+            # which stays off otherwise (with it on, TRL's __init__ would build an engine of its own)
+            self.use_vllm = "importance_sampling_ratio" in inputs
+            try:
+                loss = super()._compute_loss(model, inputs)
+            finally:
+                self.use_vllm = False
         old = inputs.get("old_per_token_logps")
         if old is not None and self._train_logps is not None and "candidates" not in inputs:
             mask = inputs["completion_mask"]
@@ -891,7 +924,10 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
         # the algorithm decides how its policy acts (TWOSOME's scores every valid action)
         cfg = OmegaConf.merge(cfg, {"agent": {"decision": spec.decision}})
         log.info("agent.decision=%s (algo=%s)", spec.decision, spec.name)
-    policy = build_llm_agent(cfg, model=model, tokenizer=tokenizer, share_prompts=algo.shared_prefix)
+    # model.backend=vllm trains with rollouts from TRL's vLLM engine (built with the trainer, below); the
+    # policy's own view (evaluation, the critic) is the HF model
+    policy_cfg = OmegaConf.merge(cfg, {"model": {"backend": "hf"}}) if model_cfg.backend == "vllm" else cfg
+    policy = build_llm_agent(policy_cfg, model=model, tokenizer=tokenizer, share_prompts=algo.shared_prefix)
     max_new = algo.max_new_tokens or policy.sampling.max_new_tokens
     train_agent = policy.configured(
         sampling=dataclasses.replace(
@@ -977,6 +1013,10 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
 
     def collect(iteration: int) -> tuple[list[StepSample], dict[str, float]]:
         start = time.perf_counter()
+        if trainer.rollout_backend is not None:
+            # the engine gets the trained weights before every rollout (also the first: a resumed run's
+            # engine loaded the base weights from disk)
+            trainer.rollout_backend.sync_weights(step=iteration)
         with synced_forwards(model):  # a sharded model: every process makes as many forward calls
             episodes, rounds = collect_groups(
                 train_env,
@@ -1027,6 +1067,8 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
         target_kl=getattr(algo, "target_kl", None),
         max_batch_tokens=algo.max_batch_tokens,
     )
+    if model_cfg.backend == "vllm":
+        train_agent = vllm_rollouts(trainer, train_agent, algo, model_cfg, tokenizer)
     trainer.remove_callback(PrinterCallback)  # the progress bar and metrics.jsonl replace its prints
     trainer.remove_callback(ProgressCallback)
     pending: dict[str, Any] = {}
@@ -1048,7 +1090,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
                 if done_before:
                     bar.advance(n=done_before)
                 for callback in (
-                    RolloutCacheReset(policy.backend),
+                    RolloutCacheReset(policy.backend, trainer.rollout_backend),
                     TimeLimit(minutes * 60 if minutes else None),
                     PeriodicEval(algo.eval_every, periodic_eval, pending),
                     CheckpointEvery(algo.checkpoint_every),
@@ -1079,6 +1121,25 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     if before is not None:
         extra["before"] = before
     return TrainResult(final, episodes, extra)
+
+
+def vllm_rollouts(trainer: MultiStepTrainer, agent: Any, algo: Any, model_cfg: Any, tokenizer: Any) -> Any:
+    """`agent` generating through TRL's vLLM engine (`VLLMGeneration`, colocated or a server; built after
+    the Trainer, as TRL builds it), which the trainer syncs with the trained weights before every rollout
+    and corrects for with importance sampling; `trainer.rollout_backend` is set."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    from agentrl.agents.backends.trl_vllm import TRLVLLMBackend, training_view, vllm_generation_kwargs
+
+    sampling = agent.effective_sampling()
+    generation = VLLMGeneration(
+        model=trainer.model,
+        accelerator=trainer.accelerator,
+        processing_class=trainer.processing_class,
+        **vllm_generation_kwargs(algo, model_cfg, sampling.max_new_tokens, sampling.stop),
+    )
+    trainer.rollout_backend = TRLVLLMBackend(generation, tokenizer)
+    return training_view(agent, trainer.rollout_backend)
 
 
 def _save_on_stop(

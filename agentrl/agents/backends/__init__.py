@@ -11,8 +11,11 @@
   chat messages, not token ids (`chat_input = True`); ids come from a tokenizer if one is configured.
   A request waits `model.timeout` seconds and is retried `model.max_retries` times (connection errors,
   timeouts, HTTP 429/5xx) with logged, doubling waits from `RETRY_WAIT_S`; then one BackendError line.
-- `VLLMBackend` — thin wrapper over `vllm.LLM` for GPU machines; vllm is imported lazily. It cannot be
-  tested on the CPU machines this project is built on: treat it as a starting point.
+- `VLLMBackend` — thin wrapper over `vllm.LLM` for evaluation on GPU machines; vllm is imported lazily.
+  It loads the weights from disk once, so it never sees training's updates.
+- `TRLVLLMBackend` (trl_vllm.py) — training rollouts with `model.backend=vllm`: TRL's own vLLM engine
+  (`VLLMGeneration`, colocated or a server), synced with the trained weights before every rollout, with
+  TRL's importance-sampling correction in the loss. Tested with a fake engine of the same interface.
 """
 
 from __future__ import annotations

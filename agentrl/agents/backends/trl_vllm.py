@@ -1,0 +1,527 @@
+"""Training rollouts through TRL's own vLLM integration, whose engine receives the trained weights.
+
+`model.backend=vllm` (backends/vllm.py) builds a separate `vllm.LLM` from disk that never sees an optimizer
+step: training rollouts through it would silently stay on the base policy. Here the engine is TRL 1.16's
+`trl.generation.vllm_generation.VLLMGeneration` (the object `GRPOTrainer` builds when `use_vllm=True`),
+built by the trainer around the trained model and its accelerator; `sync_weights()` pushes the current
+weights into it (colocate: `load_weights` per parameter; server: NCCL broadcast), then resets its prefix
+cache.
+
+- `TRLVLLMBackend` — the `Backend` the training view of the LLM agent generates with. The sampling
+  settings of a `VLLMGeneration` are fixed when it is built (temperature, top_k, top_p, min_p,
+  repetition_penalty, max_completion_length, its `generation_kwargs`: stop strings), so a request whose
+  `SamplingConfig` asks for other ones raises `BackendError` (evaluation keeps the hf backend). A request
+  may ask for fewer new tokens or more stop strings than the engine uses: completions are cut exactly
+  like the hf backend cuts them (through the first stop string, else through the first eos, kept), and a
+  cut never changes the distribution of the kept tokens. `agent.decision=score` is not supported (only
+  generation). `sync_weights(step)` forwards and records the push (`sync_count`, `synced_step`,
+  `synced`); `weights_changed()` (the `RolloutCacheReset` callback calls it after each optimizer step)
+  clears `synced`, and `generate` refuses to run on stale weights.
+- `importance_ratio` — TRL 1.16's vLLM importance-sampling correction (truncated / masked IS, per token
+  or per sequence), the tensor `GRPOTrainer._compute_loss` multiplies the per-token loss by.
+- `vllm_generation_kwargs` — the `VLLMGeneration(...)` keyword arguments for training rollouts, from
+  agentrl's algo and model configs (`model.vllm`).
+
+Log-probs. vLLM reports each sampled token's log-prob; TRL builds its colocated engine with
+`logprobs_mode="processed_logprobs"` (vllm_generation.py, `_init_vllm`) and its server command with
+`--logprobs-mode processed_logprobs` (trl/scripts/vllm_serve.py), so they are taken AFTER temperature,
+min_p and top-k/top-p: with top_k > 0 or top_p < 1 they are log-probs of the truncated, renormalised
+distribution. The training forward (TRL's fused LM head, and agentrl's trainers/logps.py) scores
+log_softmax(logits / temperature) without truncation, like the hf backend's log-probs. With truncation the
+ratio train/sampling is therefore at most 1 on every token even for identical weights; TRL has the same
+bias. Use top_k=0, top_p=1 for vLLM training rollouts when that matters.
+
+Seeds. The engine samples from its own generator (seeded once when it is built), so the `seed` an agent
+passes per call is ignored: rollouts are not reproducible run to run, unlike the hf backend's. Never put a
+`seed` in the engine's generation_kwargs: every call would replay one random stream, and a group's
+identical prompts would get identical completions (no advantage signal).
+
+Several processes. `VLLMGeneration.generate` is a collective in server mode (`gather_object`) and with
+tensor_parallel_size > 1 (`all_gather_object` over the TP group), and it slices the gathered results
+assuming every process passed the same number of prompts. Lockstep rollouts pass a different number of
+active episodes per call and per process, and processes finish their rollouts after different numbers of
+calls, so those modes work with one process only; colocate with tensor_parallel_size=1 (one engine per
+process, no collective in `generate`) works with any number. The constructor enforces this.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentrl.agents.backends.base import Backend, Completion, SamplingConfig
+from agentrl.errors import BackendError, ConfigError
+
+log = logging.getLogger(__name__)
+
+#: `GRPOConfig.vllm_importance_sampling_mode` values of TRL 1.16 (default "sequence_mask")
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+#: the `VLLMGeneration` attributes this backend reads (set in its __init__; the tests check they still exist)
+GENERATION_ATTRIBUTES = (
+    "accelerator",
+    "mode",
+    "tensor_parallel_size",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "max_completion_length",
+    "logprobs",
+    "generation_kwargs",
+)
+#: `model.vllm` keys `vllm_generation_kwargs` passes on (VLLMGeneration's engine arguments), with aliases
+MODEL_VLLM_KEYS = (
+    "mode",
+    "server_base_url",
+    "server_host",
+    "server_port",
+    "server_timeout",
+    "group_port",
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "max_model_length",
+    "max_num_seqs",
+    "enable_sleep_mode",
+    "model_impl",
+)
+MODEL_VLLM_ALIASES = {"max_model_len": "max_model_length", "vllm_mode": "mode"}
+#: TRL's GRPOConfig default for colocate mode (VLLMGeneration's own default, 0.9, leaves no room to train)
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.3
+#: generation_kwargs that change what is sampled (set through the algo config, never the engine's kwargs)
+_FORBIDDEN_GENERATION_KWARGS = ("seed", "n", "logprobs", "best_of", "use_beam_search", "logits_processors")
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    """`cfg.key` for typed configs and `cfg[key]`/`cfg.get(key)` for mappings (DictConfig, dict)."""
+    if cfg is None:
+        return default
+    if isinstance(cfg, Mapping) or (hasattr(cfg, "get") and not hasattr(cfg, "__dataclass_fields__")):
+        value = cfg.get(key, default)  # dict, DictConfig
+    else:
+        value = getattr(cfg, key, default)  # typed (dataclass) configs
+    return default if value is None else value
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    """A plain dict from a DictConfig / mapping / None."""
+    if value is None:
+        return {}
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(value, DictConfig):
+            return dict(OmegaConf.to_container(value, resolve=True))  # type: ignore[arg-type]
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    return dict(value)
+
+
+# ---- the engine's kwargs -------------------------------------------------------------------------------
+def vllm_generation_kwargs(
+    algo: Any, model_cfg: Any, max_new_tokens: int, stop: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Keyword arguments of `VLLMGeneration(model=..., accelerator=..., processing_class=..., **these)` for
+    training rollouts. The trainer adds the three it owns: `model=trainer.model` (unwrapped; the engine
+    in colocate mode loads `model.name_or_path` from disk, then `sync_weights` overwrites it),
+    `accelerator=trainer.accelerator`, `processing_class=trainer.processing_class`.
+
+    - sampling: `temperature`, `top_k`, `top_p` from the algo config (its rollout settings),
+      `max_completion_length=max_new_tokens` (the training view's `sampling.max_new_tokens`),
+      `min_p=0`, `repetition_penalty=1` (agentrl never uses them), `logprobs=0` (the sampled token's
+      log-prob only: what the importance-sampling correction needs);
+    - `stop` (the training view's `effective_sampling().stop`, e.g. "</action>") go to vLLM as
+      `generation_kwargs={"stop": [...], "include_stop_str_in_output": True}` (SamplingParams in colocate
+      mode, the /v1/completions body in server mode) so generation stops there as with the hf backend;
+    - engine: the `model.vllm` keys in `MODEL_VLLM_KEYS` (`max_model_len` is accepted for
+      `max_model_length`): `mode` colocate (default: vLLM in each training process, sharing its GPU) or
+      server (a `vllm serve` started as `trl vllm-serve` does, at `server_base_url` or
+      `server_host:server_port`); `tensor_parallel_size`, `gpu_memory_utilization` (default 0.3, TRL's
+      GRPOConfig default), `max_model_length`, `max_num_seqs` (default: one rollout round's episodes,
+      `algo.groups_per_iteration * algo.group_size`, the largest lockstep batch), `enable_sleep_mode`
+      (offload the engine between rollouts), `model_impl`, `server_timeout`, `group_port`;
+      `trust_remote_code` from the model config. Other keys raise ConfigError: they are `vllm.LLM`
+      arguments of the separate vllm backend, which VLLMGeneration does not take.
+    """
+    raw = _plain(_get(model_cfg, "vllm"))
+    engine: dict[str, Any] = {}
+    unknown = []
+    for key, value in raw.items():
+        name = MODEL_VLLM_ALIASES.get(key, key)
+        if name in MODEL_VLLM_KEYS:
+            engine[name] = value
+        else:
+            unknown.append(key)
+    if unknown:
+        raise ConfigError(
+            f"model.vllm key(s) {sorted(unknown)} cannot be passed to TRL's VLLMGeneration (training rollouts); "
+            f"it takes {', '.join(MODEL_VLLM_KEYS)} (max_model_len: max_model_length)"
+        )
+    mode = str(engine.setdefault("mode", "colocate"))
+    if mode not in ("colocate", "server"):
+        raise ConfigError(f"model.vllm.mode must be colocate or server, not {mode!r}")
+    engine.setdefault("tensor_parallel_size", 1)
+    engine.setdefault("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
+    groups, group_size = _get(algo, "groups_per_iteration"), _get(algo, "group_size")
+    if "max_num_seqs" not in engine and groups and group_size:
+        engine["max_num_seqs"] = int(groups) * int(group_size)
+    if int(max_new_tokens) < 1:
+        raise ConfigError("max_new_tokens must be >= 1")
+    stops = [str(s) for s in dict.fromkeys(stop) if s]
+    top_k = int(_get(algo, "top_k", 0))
+    return {
+        **engine,
+        "trust_remote_code": bool(_get(model_cfg, "trust_remote_code", False)),
+        "temperature": float(_get(algo, "temperature", 1.0)),
+        "top_p": float(_get(algo, "top_p", 1.0)),
+        "top_k": top_k if top_k > 0 else 0,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "max_completion_length": int(max_new_tokens),
+        "logprobs": 0,
+        "generation_kwargs": {"stop": stops, "include_stop_str_in_output": True} if stops else {},
+    }
+
+
+# ---- the backend ---------------------------------------------------------------------------------------
+class TRLVLLMBackend(Backend):
+    """Generation through a `trl.generation.vllm_generation.VLLMGeneration` (see the module doc).
+
+    `generation`: the VLLMGeneration (or anything with its `generate(prompts, images, num_generations,
+    profiler=None)` / `sync_weights()` and attributes `GENERATION_ATTRIBUTES`); `tokenizer`: the policy's
+    (decodes stop strings; the agent tokenizes prompts with it). `eos_token_ids`: the ids that end a
+    completion (default: the tokenizer's eos and the trained model's generation_config eos). With
+    `require_sync` (default), `generate` raises until `sync_weights` has run since the last
+    `weights_changed()`.
+    """
+
+    name = "trl-vllm"
+
+    def __init__(
+        self,
+        generation: Any,
+        tokenizer: Any,
+        *,
+        eos_token_ids: Sequence[int] | None = None,
+        require_sync: bool = True,
+    ):
+        self.generation = generation
+        self.tokenizer = tokenizer
+        if eos_token_ids is None:
+            eos: set[int] = set()
+            if getattr(tokenizer, "eos_token_id", None) is not None:
+                eos.add(int(tokenizer.eos_token_id))
+            config = getattr(getattr(generation, "model", None), "generation_config", None)
+            model_eos = getattr(config, "eos_token_id", None)
+            for e in model_eos if isinstance(model_eos, list) else [model_eos]:
+                if e is not None:
+                    eos.add(int(e))
+            eos_token_ids = sorted(eos)
+        if not eos_token_ids:
+            raise BackendError("the trl-vllm backend needs an eos token id (tokenizer.eos_token_id)")
+        self.eos_ids = sorted(int(e) for e in eos_token_ids)
+        self.require_sync = require_sync
+        self.sync_count = 0  # pushes of the weights into the engine
+        self.synced_step: int | None = None  # the `step` given to the last sync_weights
+        self.synced = False  # pushed since the last weights_changed()
+        self.calls = 0  # generate calls that reached the engine
+        self._warned: set[str] = set()
+        self._check_engine()
+
+    # -- the engine's fixed settings ---------------------------------------------------------------------
+    def engine_settings(self) -> dict[str, Any]:
+        """What the engine samples with: its attributes, overridden by its generation_kwargs (colocate:
+        `generation_kwargs.update(...)` before SamplingParams; server: merged into the request body)."""
+        gen = self.generation
+        extra = dict(getattr(gen, "generation_kwargs", None) or {})
+        top_k = extra.get("top_k", gen.top_k)
+        stop = extra.get("stop") or ()
+        return {
+            "temperature": float(extra.get("temperature", gen.temperature)),
+            "top_p": float(extra.get("top_p", gen.top_p)),
+            "top_k": int(top_k) if top_k is not None and int(top_k) > 0 else 0,  # vLLM: 0 or -1 = off
+            "min_p": float(extra.get("min_p", gen.min_p) or 0.0),
+            "repetition_penalty": float(extra.get("repetition_penalty", gen.repetition_penalty)),
+            "max_new_tokens": int(extra.get("max_tokens", gen.max_completion_length)),
+            "stop": (stop,) if isinstance(stop, str) else tuple(str(s) for s in stop),
+            "include_stop_str_in_output": bool(extra.get("include_stop_str_in_output", False)),
+            "logprobs": extra.get("logprobs", gen.logprobs),
+        }
+
+    def _check_engine(self) -> None:
+        gen = self.generation
+        missing = [a for a in GENERATION_ATTRIBUTES if not hasattr(gen, a)]
+        if missing:
+            raise BackendError(f"the generation object lacks VLLMGeneration's attribute(s) {missing}")
+        extra = dict(gen.generation_kwargs or {})
+        bad = sorted(k for k in extra if k in _FORBIDDEN_GENERATION_KWARGS)
+        if bad:
+            raise BackendError(
+                f"VLLMGeneration.generation_kwargs must not set {bad}: per-request seeds would give every row "
+                "the same random stream, and n/logprobs/beam search change what this backend reads"
+            )
+        settings = self.engine_settings()
+        if settings["min_p"] > 0 or not math.isclose(settings["repetition_penalty"], 1.0):
+            raise BackendError(
+                f"VLLMGeneration samples with min_p={settings['min_p']} and repetition_penalty="
+                f"{settings['repetition_penalty']}; agentrl's sampling has neither (use min_p=0, "
+                "repetition_penalty=1: vllm_generation_kwargs does)"
+            )
+        if settings["logprobs"] is None:
+            raise BackendError("VLLMGeneration was built with logprobs=None: build it with logprobs=0")
+        if settings["stop"] and not settings["include_stop_str_in_output"]:
+            raise BackendError(
+                "VLLMGeneration.generation_kwargs has stop strings without include_stop_str_in_output=True: "
+                "the answer's closing tag would be cut from the completion"
+            )
+        processes = int(getattr(gen.accelerator, "num_processes", 1) or 1)
+        if processes > 1 and (gen.mode == "server" or int(gen.tensor_parallel_size) > 1):
+            raise BackendError(
+                f"vLLM mode={gen.mode} with tensor_parallel_size={gen.tensor_parallel_size} needs one training "
+                f"process ({processes} here): VLLMGeneration.generate is then a collective that assumes every "
+                "process passes the same number of prompts, and lockstep rollouts do not. Use "
+                "model.vllm.mode=colocate with tensor_parallel_size=1 (one engine per process)"
+            )
+
+    def check_sampling(self, sampling: SamplingConfig) -> None:
+        """Raise BackendError unless the engine samples from the distribution `sampling` asks for."""
+        engine = self.engine_settings()
+        wrong = []
+        if not math.isclose(sampling.temperature, engine["temperature"], rel_tol=1e-6, abs_tol=1e-9):
+            wrong.append(f"temperature {sampling.temperature} (engine {engine['temperature']})")
+        if not math.isclose(sampling.top_p, engine["top_p"], rel_tol=1e-6, abs_tol=1e-9):
+            wrong.append(f"top_p {sampling.top_p} (engine {engine['top_p']})")
+        if (sampling.top_k if sampling.top_k > 0 else 0) != engine["top_k"]:
+            wrong.append(f"top_k {sampling.top_k} (engine {engine['top_k']})")
+        if sampling.max_new_tokens > engine["max_new_tokens"]:
+            wrong.append(
+                f"max_new_tokens {sampling.max_new_tokens} (engine max_completion_length "
+                f"{engine['max_new_tokens']})"
+            )
+        extra_stops = [s for s in engine["stop"] if s not in sampling.stop]
+        if extra_stops:
+            wrong.append(f"stop {list(sampling.stop)} (the engine also stops at {extra_stops})")
+        if wrong:
+            raise BackendError(
+                "the trl-vllm backend samples with the settings TRL's VLLMGeneration was built with, and this "
+                f"request differs: {'; '.join(wrong)}. Training rollouts must use algo.temperature/top_k/top_p "
+                "and the engine's max_completion_length; evaluation keeps the hf backend"
+            )
+        if sampling.max_new_tokens < engine["max_new_tokens"] and "max_new_tokens" not in self._warned:
+            self._warned.add("max_new_tokens")
+            log.warning(
+                "trl-vllm: the engine generates up to %d tokens, requests ask for %d (cut afterwards; wasted work)",
+                engine["max_new_tokens"],
+                sampling.max_new_tokens,
+            )
+
+    # -- weights ----------------------------------------------------------------------------------------
+    def sync_weights(self, step: int | None = None) -> None:
+        """Push the trained weights into the engine (`VLLMGeneration.sync_weights`; with several processes
+        every process must call it: gathering sharded parameters is a collective). `step`: the trainer's
+        `state.global_step`, kept in `synced_step` for the trainer's own checks."""
+        self.generation.sync_weights()
+        self.sync_count += 1
+        self.synced_step = step
+        self.synced = True
+
+    def weights_changed(self) -> None:
+        """The trained weights moved (an optimizer step): the engine is stale until the next sync."""
+        self.synced = False
+
+    # -- generation -------------------------------------------------------------------------------------
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingConfig, *, seed: int | None = None
+    ) -> list[Completion]:
+        """One (completion ids, log-probs) per prompt. `seed` is ignored (the module doc)."""
+        self.check_sampling(sampling)
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise BackendError("empty prompt")
+        if self.require_sync and not self.synced:
+            raise BackendError(
+                "the trl-vllm engine has not received the current weights: call sync_weights() before each "
+                "rollout (after every optimizer step)"
+            )
+        rows = [[int(t) for t in p] for p in prompts]
+        _, completion_ids, logprobs, logprob_token_ids = self.generation.generate(
+            prompts=rows, images=None, num_generations=1
+        )
+        self.calls += 1
+        if len(completion_ids) != len(rows):
+            raise BackendError(f"vLLM returned {len(completion_ids)} completions for {len(rows)} prompts")
+        results: list[Completion] = []
+        for k, ids in enumerate(completion_ids):
+            ids = [int(t) for t in ids]
+            lps = None
+            if logprobs is not None:
+                tokens = None if logprob_token_ids is None else logprob_token_ids[k]
+                lps = _sampled_logprobs(ids, logprobs[k], tokens)
+            ids = ids[: sampling.max_new_tokens]
+            end = self._completion_length(ids, sampling.stop)
+            results.append((ids[:end], None if lps is None else lps[:end]))
+        return results
+
+    def _completion_length(self, ids: list[int], stops: tuple[str, ...]) -> int:
+        """The hf backend's rule (`HFBackend._completion_length`; the tests check they agree): through the
+        first stop string, else through the first eos (kept), else all of them."""
+        eos_at = next((k for k, t in enumerate(ids) if t in self.eos_ids), None)
+        before_eos = ids if eos_at is None else ids[:eos_at]
+        if stops and before_eos:
+            text = self.tokenizer.decode(before_eos, skip_special_tokens=True)
+            if any(s in text for s in stops):
+                for k in range(1, len(before_eos) + 1):
+                    if any(
+                        s in self.tokenizer.decode(before_eos[:k], skip_special_tokens=True) for s in stops
+                    ):
+                        return k
+        return len(ids) if eos_at is None else eos_at + 1
+
+
+def _sampled_logprobs(ids: list[int], logprobs: Any, token_ids: Any) -> list[float]:
+    """Each sampled token's log-prob from VLLMGeneration's (T, num_logprobs) lists: the entry whose token
+    id is the sampled one (with `logprobs=0` the only entry). vLLM's NaN arrives as None: kept as NaN, which
+    `importance_ratio` treats as TRL does (no correction on that token)."""
+    if len(logprobs) < len(ids):
+        raise BackendError(f"vLLM returned {len(logprobs)} log-probs for {len(ids)} tokens")
+    values = []
+    for t, token in enumerate(ids):
+        entries = logprobs[t]
+        if token_ids is None:
+            value = entries[0]
+        else:
+            tokens = [int(x) for x in token_ids[t]]
+            if token not in tokens:
+                raise BackendError(
+                    f"vLLM's log-probs at position {t} do not include the sampled token {token}"
+                )
+            value = entries[tokens.index(token)]
+        values.append(float("nan") if value is None else float(value))
+    return values
+
+
+def training_view(agent: Any, backend: TRLVLLMBackend) -> Any:
+    """The same LLM agent (interface, sampling) generating through `backend` (an `LLMAgent`); raises
+    BackendError for `agent.decision=score` (TWOSOME scores every valid action with the model's logits in
+    this process) and when the agent's sampling is not the engine's."""
+    from agentrl.agents.llm import LLMAgent
+
+    if getattr(agent, "decision", "generate") == "score":
+        raise BackendError(
+            "agent.decision=score (TWOSOME) scores every valid action with the model in this process; training "
+            "rollouts through vLLM only generate: train it with model.backend=hf"
+        )
+    backend.check_sampling(agent.effective_sampling())
+    return LLMAgent(
+        agent.interface,
+        backend,
+        agent.sampling,
+        decision=agent.decision,
+        score_normalization=agent.score_normalization,
+    )
+
+
+# ---- TRL's importance-sampling correction --------------------------------------------------------------
+def importance_ratio(
+    train_logps: Any,
+    sampling_logps: Any,
+    mask: Any,
+    mode: str = "sequence_mask",
+    cap: float | None = 3.0,
+    *,
+    clip_min: float | None = None,
+) -> Any:
+    """TRL 1.16's vLLM importance-sampling ratio: `inputs["importance_sampling_ratio"]`, which
+    `GRPOTrainer._compute_loss` multiplies the per-token loss by (grpo_trainer.py:3146-3147, only when
+    `self.use_vllm and self.vllm_importance_sampling_correction`, every loss type but vespo, whose gamma
+    weights read it at :3001-3004); TRL stores it under that key at :2908-2909.
+
+    Reproduces grpo_trainer.py:2660-2708 (`_generate_and_score_completions`), with `train_logps` =
+    TRL's `old_per_token_logps` (the training model's no-grad log-probs of the completion tokens) and
+    `sampling_logps` = its `sampling_per_token_logps` (vLLM's, NaN where vLLM gave none; padding 0):
+
+        diff = nan_to_num((train - sampling) * mask, nan=0)              # NaN token: no correction
+        sequence_*: diff = diff.sum(-1, keepdim=True)                     # one ratio per row
+        ratio = exp(diff)
+        *_truncate: ratio = clamp(ratio, min=clip_min, max=cap)
+        *_mask:     ratio = 0 where ratio < clip_min or ratio > cap       # None: no bound on that side
+
+    `cap` is `GRPOConfig.vllm_importance_sampling_clip_max` (default 3.0; the deprecated
+    `vllm_importance_sampling_cap`), `clip_min` its `vllm_importance_sampling_clip_min` (default None);
+    `mode` its `vllm_importance_sampling_mode` (default "sequence_mask"). Shape as TRL's: (B, T) for the
+    token modes, (B, 1) for the sequence modes (it broadcasts over the per-token loss). Masked-out
+    positions of the token modes get ratio 1 (clamped / tested like any other).
+    """
+    import torch
+
+    if mode not in IS_MODES:
+        raise ValueError(f"Unknown vLLM importance sampling mode {mode!r}; valid: {', '.join(IS_MODES)}")
+    diff = torch.nan_to_num((train_logps - sampling_logps) * mask, nan=0.0)
+    if mode.startswith("sequence_"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("_truncate"):
+        if clip_min is None and cap is None:
+            raise ValueError("*_truncate importance sampling needs cap (clip_max) or clip_min")
+        return torch.clamp(ratio, min=clip_min, max=cap)
+    low = clip_min if clip_min is not None else -math.inf
+    high = cap if cap is not None else math.inf
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+
+
+def importance_metrics(
+    train_logps: Any, sampling_logps: Any, mask: Any, ratio: Any, mode: str = "sequence_mask"
+) -> dict[str, float]:
+    """TRL's logged statistics of the correction (grpo_trainer.py:2860-2896), for one process's rows:
+    |train - sampling| over the valid tokens (NaN skipped) and the ratio's min/mean/max (per token for
+    the token modes, per row for the sequence modes)."""
+    import torch
+
+    valid = mask.bool()
+    delta = torch.abs(train_logps - sampling_logps)
+    delta = delta[valid & ~torch.isnan(delta)]
+    flat = ratio.flatten() if mode.startswith("sequence_") else ratio[valid]
+
+    def stat(values: Any, fn: Any) -> float:
+        return float(fn(values)) if values.numel() else 0.0
+
+    return {
+        "sampling/sampling_logp_difference/mean": stat(delta, torch.mean),
+        "sampling/sampling_logp_difference/max": stat(delta, torch.max),
+        "sampling/importance_sampling_ratio/min": stat(flat, torch.min),
+        "sampling/importance_sampling_ratio/mean": stat(flat, torch.mean),
+        "sampling/importance_sampling_ratio/max": stat(flat, torch.max),
+    }
+
+
+def sampling_logps_tensor(samples: Sequence[Any], width: int, device: Any = None) -> Any:
+    """(B, width) float32 sampling log-probs of `StepSample` rows (`old_logprobs`), right-aligned with the
+    packed completions (`pack_samples`): NaN where a row has none (a placeholder or filler row, or a
+    backend without log-probs), so `importance_ratio` leaves those rows uncorrected; 0 in the padding."""
+    import torch
+
+    out = torch.zeros((len(samples), width), dtype=torch.float32)
+    for row, sample in enumerate(samples):
+        c = min(len(sample.completion_ids), width)
+        if sample.old_logprobs is None or len(sample.old_logprobs) < c:
+            out[row, :c] = float("nan")
+        else:
+            out[row, :c] = torch.tensor([float(x) for x in sample.old_logprobs[:c]], dtype=torch.float32)
+    return out.to(device) if device is not None else out
+
+
+__all__ = [
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "GENERATION_ATTRIBUTES",
+    "IS_MODES",
+    "MODEL_VLLM_KEYS",
+    "TRLVLLMBackend",
+    "importance_metrics",
+    "importance_ratio",
+    "sampling_logps_tensor",
+    "training_view",
+    "vllm_generation_kwargs",
+]
