@@ -32,6 +32,13 @@ TRL internals overridden (trl 1.16, pinned in pyproject because these move):
 - `_load_optimizer_and_scheduler`: a model-only checkpoint (`algo.save_optimizer=false`) resumes with a
   fresh optimizer and the scheduler advanced to the checkpoint's iteration.
 
+Several processes (docs/distributed.md): each rolls out its own groups (the rank is in their seeds), the
+token count that divides the loss is summed over processes, every process runs the same passes (blank
+ones where it has fewer; TRL's per-row gathers are padded), the value head's gradients are summed, and
+process 0 alone writes metrics, eval results and the checkpoints' shared files. Under ZeRO-3/FSDP the
+data-dependent forwards (rollouts, evaluation, no-grad log-probs, critic features) run inside
+`synced_forwards`. With `model.backend=vllm` the rollouts come from TRL's vLLM engine, synced before each.
+
 SIGTERM, SIGINT and SIGUSR1 during training (signals.py) save the last finished iteration's checkpoint,
 then raise `TrainingInterrupted` (the run exits with 128 + the signal number).
 
