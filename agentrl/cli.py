@@ -265,6 +265,10 @@ def train(
             "agentrl report outputs/multirun/2026-12-01/10-00-00 --out reports/",
             "one sweep, written elsewhere",
         ),
+        (
+            "agentrl report outputs/multirun/2026-12-01/10-00-00 --target 0.8",
+            "time until the greedy eval success first reaches 0.8",
+        ),
     )
 )
 @_errors_to_exit
@@ -278,12 +282,24 @@ def report(
             "zero-shot vs trained, transfer, paper_curves.png and paper_bars.png"
         ),
     ] = "runs",
+    target: Annotated[
+        float,
+        typer.Option(
+            help="Time-to-target table: minutes and iterations until the greedy eval first reaches "
+            "(and stays at) this value, mean ± stderr over seeds"
+        ),
+    ] = 0.9,
+    target_metric: Annotated[
+        str,
+        typer.Option(help="The metrics.jsonl eval metric --target applies to (e.g. eval/mean_return)"),
+    ] = "eval/success_rate",
 ) -> None:
     """Tables (markdown, CSV) and plots across runs.
 
     Writes report.md, report.csv (one row per run), report_groups.csv (mean ± stderr over seeds) and
-    PNG plots; incomplete runs are listed, never fatal. --table paper writes paper.md, paper.csv and
-    the paper's plots instead."""
+    PNG plots; for training runs with periodic evals also the time to --target (report_target.csv,
+    report_target_runs.csv, target_<env>.png); incomplete runs are listed, never fatal. --table paper
+    writes paper.md, paper.csv and the paper's plots instead."""
     from agentrl.errors import RunDirError, UnknownChoiceError
     from agentrl.report import build_report
 
@@ -297,7 +313,7 @@ def report(
 
         build_paper_report(list(dirs), out, console=console)
         return
-    build_report(list(dirs), out, console=console)
+    build_report(list(dirs), out, console=console, target=target, target_metric=target_metric)
 
 
 @app.command(

@@ -9,6 +9,10 @@ a multirun sweep alike). What is read from each run:
   episodes, train_time_s; a `before` sub-dict for LLM training; env-specific `mean_<key>` means);
 - `metrics.jsonl` -> learning curves (iteration, time_s, training and periodic greedy-eval metrics).
 
+Time to target (`target.py`): per group of training runs, the minutes and iterations until the greedy
+eval first reaches a target (default `eval/success_rate` >= 0.9) and until it stays there, mean ± stderr
+over seeds; runs that never got there are censored at their full training time.
+
 Run status: `complete` (eval.json, and status.json absent or `complete`), `failed` / `interrupted` /
 `running` (as status.json says), `incomplete` (no eval.json and no status.json saying otherwise) or
 `corrupt` (config or eval file unreadable). Only complete runs are aggregated; every other run is
@@ -57,15 +61,31 @@ from agentrl.report.runs import (
     summarise_groups,
 )
 from agentrl.report.tables import _write_csv, print_report, render_markdown
+from agentrl.report.target import (
+    DEFAULT_TARGET,
+    DEFAULT_TARGET_METRIC,
+    TargetTable,
+    figure_time_to_target,
+    plot_time_to_target,
+    time_to_target,
+    write_target_csvs,
+)
 
 log = logging.getLogger(__name__)
 
 
-def build_report(paths: Sequence[Path], out_dir: Path | None = None, console: Any = None) -> Report:
+def build_report(
+    paths: Sequence[Path],
+    out_dir: Path | None = None,
+    console: Any = None,
+    target: float = DEFAULT_TARGET,
+    target_metric: str = DEFAULT_TARGET_METRIC,
+) -> Report:
     """Find every run under `paths`, write report.md, report.csv (one row per run),
-    report_groups.csv (aggregates) and PNG plots into `out_dir` (default: the first path), and print
-    the tables to `console` (a rich Console) when given. Raises RunDirError when a path is missing or
-    no run is found."""
+    report_groups.csv (aggregates), for training runs with periodic evals the time to `target` of
+    `target_metric` (report_target.csv per group, report_target_runs.csv per run, target_<env>.png)
+    and PNG plots into `out_dir` (default: the first path), and print the tables to `console` (a rich
+    Console) when given. Raises RunDirError when a path is missing or no run is found."""
     paths = [Path(p) for p in paths]
     if not paths:
         raise RunDirError("report: give at least one directory")
@@ -90,16 +110,25 @@ def build_report(paths: Sequence[Path], out_dir: Path | None = None, console: An
     groups_path = out_dir / "report_groups.csv"
     group_columns = GROUP_COLUMNS + [f"{n}_{s}" for n in names for s in ("mean", "stderr")]
     _write_csv(groups_path, group_columns, (g.row(names) for g in report.groups))
+    report.target = time_to_target(report.groups, target, target_metric)
+    if not report.target.summaries and any(r.is_training and r.curve for g in report.groups for r in g.runs):
+        log.warning(
+            "report: no time-to-target table: no complete training run has periodic %s rows in "
+            "metrics.jsonl (algo.eval_every)",
+            target_metric,
+        )
+    target_csvs = write_target_csvs(report.target, out_dir)
     try:
         styles = style_map(_style_keys([r for r in runs if r.status != CORRUPT]))
         plots = plot_learning_curves(runs, out_dir, styles)
         bar = plot_final_eval(report.groups, out_dir, styles)
         plots += [bar] if bar else []
         plots += plot_decision_curves(report.groups, out_dir, styles)
+        plots += plot_time_to_target(report.target, out_dir, styles)
     except Exception as exc:  # noqa: BLE001 - plots must never cost the tables
         log.error("report: plotting failed: %s", exc)
         plots = []
-    report.files = [out_dir / "report.md", csv_path, groups_path, *plots]
+    report.files = [out_dir / "report.md", csv_path, groups_path, *target_csvs, *plots]
     (out_dir / "report.md").write_text(render_markdown(report))
     if console is not None:
         print_report(report, console)
@@ -108,6 +137,9 @@ def build_report(paths: Sequence[Path], out_dir: Path | None = None, console: An
 
 __all__ = [
     "BOOKKEEPING_KEYS",
+    "DEFAULT_TARGET",
+    "DEFAULT_TARGET_METRIC",
+    "TargetTable",
     "GroupSummary",
     "Report",
     "RunRecord",
@@ -115,15 +147,18 @@ __all__ = [
     "env_metric_name",
     "figure_final_eval",
     "figure_learning_curves",
+    "figure_time_to_target",
     "find_runs",
     "is_bookkeeping",
     "load_run",
     "mean_stderr",
     "plot_final_eval",
     "plot_learning_curves",
+    "plot_time_to_target",
     "plot_style",
     "style_map",
     "print_report",
     "render_markdown",
     "summarise_groups",
+    "time_to_target",
 ]

@@ -305,6 +305,7 @@ class Report:
     groups: list[GroupSummary]
     out_dir: Path
     files: list[Path] = field(default_factory=list)  # report.md, report.csv, report_groups.csv, PNGs
+    target: Any = None  # target.TargetTable: time to the eval target per group of training runs
 
     @property
     def plots(self) -> list[Path]:

@@ -23,6 +23,7 @@ from agentrl.report.runs import (
     RunRecord,
     md_table,
 )
+from agentrl.report.target import print_target, target_markdown
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +214,7 @@ def render_markdown(report: Report) -> str:
         "",
         md_table(GROUP_HEADERS, group_table_rows(report.groups)) if report.groups else "_no complete runs_",
         "",
+        *target_markdown(report.target),
         *_env_metric_section(report.groups),
         *diagnostics_markdown(report.groups),
         "## Runs",
@@ -287,6 +289,7 @@ def print_report(report: Report, console: Any) -> None:
         console.print(table)
     if not report.groups:
         console.print("no complete runs")
+    print_target(report.target, console)
     print_diagnostics(report.groups, console)
     others = [r for r in report.runs if r.status != COMPLETE]
     if others:
