@@ -255,3 +255,11 @@ def test_gae_advantage_trains_a_value_head_on_tictactoe(tmp_path):
     assert len(rows) == 1 and rows[0]["samples"] > 0
     assert "value_loss" in rows[0] and "value/explained_variance" in rows[0]
     assert (tmp_path / "final" / VALUE_HEAD_FILE).is_file()
+
+
+def test_the_eval_before_training_carries_the_decision_diagnostics(tmp_path):
+    """A bandit training run measures coverage and regret before training as well as after."""
+    result = train_llm(compose_config([*RUN, "algo.iterations=1", "algo.eval_before=true"]), tmp_path)
+    before = json.loads((tmp_path / "eval_before.json").read_text())
+    assert {"final_regret", "final_coverage", "greediness", "curves"} <= set(before["diagnostics"])
+    assert result.extra["before"]["diagnostics"] == before["diagnostics"]

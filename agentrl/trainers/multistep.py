@@ -879,6 +879,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
 
     from agentrl.agents.llm import build_llm_agent
     from agentrl.config import typed
+    from agentrl.diagnostics import diagnostics_section
     from agentrl.envs import env_factory
     from agentrl.evaluation import episode_metrics, eval_seeds, evaluate
     from agentrl.models import freeze_layers, load_model, model_config, resolve_device
@@ -1006,7 +1007,11 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     if before_path.is_file():
         before = json.loads(before_path.read_text())
     elif algo.eval_before and checkpoint is None:
-        before, _ = run_eval("eval before training")
+        before, played = run_eval("eval before training")
+        # a bandit-like env: the decision diagnostics before training too (eval.json has them after)
+        diagnostics = diagnostics_section(played)
+        if diagnostics is not None:
+            before["diagnostics"] = diagnostics
         if main:
             write_json(before_path, before)
         log.info("Before training: success %.3f return %.3f", before["success_rate"], before["mean_return"])

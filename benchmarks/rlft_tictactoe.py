@@ -1,0 +1,350 @@
+"""RLFT on tic-tac-toe with rationales: the return of the embedded SmolLM2-135M against the random and the
+MCTS opponent, before and after RLFT (`experiment=rlft_tictactoe`, trained against the random opponent),
+on the same held-out games (the eval seeds of `--seed`), CPU (docs/algorithms.md#rlft; Schmied et al.,
+arXiv 2504.16078).
+
+Runs, one after another, each through the runner itself (`python -m agentrl.cli`), one torch thread:
+
+1. `eval experiment=rlft_tictactoe` against `env.opponent=random` and `env.opponent=mcts` (the base model,
+   greedy, with rationales: `base_random/`, `base_mcts/`);
+2. `eval agent=random` against both opponents with the preset's env (a reference row: `random_random/`,
+   `random_mcts/`);
+3. `train experiment=rlft_tictactoe algo.time_limit_minutes=<--minutes>` (`train/`); its final greedy eval
+   on the same `--episodes` eval seeds is the trained model against the random opponent;
+4. `eval from_run=<out>/train env.opponent=mcts` (`trained_mcts/`).
+
+Two returns are reported, both mean ± stderr over the games: `return`, eval.json's `mean_return` (the game
+result plus the -5 penalty of each unusable answer, what training maximises), and `game return`, the
+result alone (+1 win, 0 draw, -1 loss: win rate - loss rate). It writes `summary.json`, `summary.md` and
+`rlft_tictactoe.png` into `--out`.
+
+    .venv/bin/python benchmarks/rlft_tictactoe.py                                 # 35 min of training
+    .venv/bin/python benchmarks/rlft_tictactoe.py --minutes 10 algo.learning_rate=2e-5
+    .venv/bin/python benchmarks/rlft_tictactoe.py --summarize outputs/bench/rlft_tictactoe
+    .venv/bin/python benchmarks/rlft_tictactoe.py --steps train        # one step (two invocations on one
+                                                                 # --out may run different steps)
+
+Extra arguments are Hydra overrides: `env.*` ones go to every run, `agent.*`/`model.*` to the LLM runs,
+everything else to the training run only. A step whose run directory holds a complete eval.json is
+skipped (rerun into the same `--out` to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rlft_bandit import (  # noqa: E402 - the shared runner helpers
+    ROOT,
+    BenchmarkError,
+    change,
+    display_path,
+    fmt,
+    preset_env_overrides,
+    run_step,
+    share,
+    split_overrides,
+    training_info,
+)
+
+PRESET = "rlft_tictactoe"
+OPPONENTS = ("random", "mcts")
+STEPS = ("random_random", "random_mcts", "base_random", "base_mcts", "train", "trained_mcts")
+#: not run by default: the trained model against the random opponent through `eval from_run=` (for a
+#: training run that was stopped before its own final eval; then it replaces train/eval.json)
+EXTRA_STEPS = ("trained_random",)
+#: run directory -> (model label, opponent)
+RUNS = {
+    "base_random": ("base model", "random"),
+    "train": ("RLFT-trained", "random"),
+    "base_mcts": ("base model", "mcts"),
+    "trained_mcts": ("RLFT-trained", "mcts"),
+    "random_random": ("random agent", "random"),
+    "random_mcts": ("random agent", "mcts"),
+}
+
+
+def game_return(data: dict[str, Any]) -> dict[str, float]:
+    """Mean ± stderr of the game result (+1/0/-1) from the win and loss rates: with shares w, l over n
+    games, the sample variance of the result is (w + l - (w - l)^2) * n / (n - 1)."""
+    n = int(data["episodes"])
+    w, loss = float(data.get("mean_win_rate", math.nan)), float(data.get("mean_loss_rate", math.nan))
+    mean = w - loss
+    if n < 2 or math.isnan(mean):
+        return {"mean": mean, "stderr": 0.0 if n < 2 else math.nan}
+    var = max(w + loss - mean**2, 0.0) * n / (n - 1)
+    return {"mean": mean, "stderr": math.sqrt(var / n)}
+
+
+def load(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise BenchmarkError(f"{path} not found")
+    data = json.loads(path.read_text())
+    if "mean_win_rate" not in data:
+        raise BenchmarkError(f"{path} has no mean_win_rate (not a tic-tac-toe eval?)")
+    return data
+
+
+def row_of(data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "episodes": data["episodes"],
+        "seed": data.get("seed"),
+        "return": {"mean": data["mean_return"], "stderr": data["return_stderr"]},
+        "game_return": game_return(data),
+        "win_rate": data.get("mean_win_rate"),
+        "draw_rate": data.get("mean_draw_rate"),
+        "loss_rate": data.get("mean_loss_rate"),
+        "invalid_rate": data.get("invalid_rate"),
+    }
+
+
+def run_eval_path(out: Path, name: str) -> Path:
+    """eval.json of a row; the trained-vs-random row is trained_random/ when that exists, else train/."""
+    if name == "train" and (out / "trained_random" / "eval.json").is_file():
+        return out / "trained_random" / "eval.json"
+    return out / name / "eval.json"
+
+
+def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
+    evals = {name: load(run_eval_path(out, name)) for name in RUNS if run_eval_path(out, name).is_file()}
+    if not evals:
+        raise BenchmarkError(f"no eval.json under {out}/{{{','.join(RUNS)}}}")
+    seeds = {e.get("seed") for e in evals.values()}
+    counts = {e.get("episodes") for e in evals.values()}
+    if len(seeds) > 1 or len(counts) > 1:
+        raise BenchmarkError(f"the evals differ in seed ({seeds}) or episode count ({counts})")
+    rows = {
+        name: {**row_of(e), "model": RUNS[name][0], "opponent": RUNS[name][1]} for name, e in evals.items()
+    }
+    summary: dict[str, Any] = {
+        "preset": PRESET,
+        "out": display_path(out),
+        "runs": rows,
+        "missing": [name for name in RUNS if name not in evals],
+    }
+    if (out / "train").is_dir():
+        summary["training"] = training_info(out / "train")
+        summary["training"]["train_time_s"] = evals.get("train", {}).get("train_time_s")
+    targets = {}
+    for opponent, before, after in (
+        ("random", "base_random", "train"),
+        ("mcts", "base_mcts", "trained_mcts"),
+    ):
+        if before in rows and after in rows:
+            targets[f"return_vs_{opponent}_rises"] = change(rows[before]["return"], rows[after]["return"], +1)
+            targets[f"game_return_vs_{opponent}_rises"] = change(
+                rows[before]["game_return"], rows[after]["game_return"], +1
+            )
+    summary["targets"] = targets
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    md = markdown(summary)
+    (out / "summary.md").write_text(md)
+    plot(rows, out / "rlft_tictactoe.png")
+    if results is not None:
+        results.mkdir(parents=True, exist_ok=True)
+        (results / "rlft_tictactoe.md").write_text(md)
+        small = json.loads(json.dumps(summary))
+        small.get("training", {}).pop("curve", None)
+        (results / "rlft_tictactoe.json").write_text(json.dumps(small, indent=2))
+        plot(rows, results / "rlft_tictactoe.png")
+    print(md, flush=True)
+    return summary
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    rows = summary["runs"]
+    first = next(iter(rows.values()))
+    lines = [
+        "# RLFT on tic-tac-toe (SmolLM2-135M, CPU)",
+        "",
+        f"Same {first['episodes']} held-out games (eval seeds of seed={first['seed']}) for every row; the agent "
+        "plays X and moves first; greedy LLM decoding with rationales (`experiment=rlft_tictactoe`, trained "
+        "against the random opponent). `return`: eval.json's mean_return (game result plus -5 per unusable "
+        "answer); `game return`: win rate - loss rate. Mean ± stderr over games.",
+        "",
+        "| model | opponent | n | return | game return | win | draw | loss | invalid rate |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in RUNS:
+        if name not in rows:
+            continue
+        r = rows[name]
+        lines.append(
+            f"| {r['model']} | {r['opponent']} | {r['episodes']} | {fmt(r['return'], 2)} | {fmt(r['game_return'], 2)} |"
+            f" {share(r['win_rate'])} | {share(r['draw_rate'])} | {share(r['loss_rate'])} | {share(r['invalid_rate'])} |"
+        )
+    training = summary.get("training")
+    if training:
+        lines += [
+            "",
+            f"Training (against the random opponent): {training.get('iterations')} iterations in "
+            f"{training.get('train_minutes')} min (train_time_s {training.get('train_time_s')}; run status "
+            f"{training.get('status')}"
+            + (f": {training['reason']}" if training.get("reason") else "")
+            + ").",
+        ]
+    if summary.get("targets"):
+        lines += [
+            "",
+            "| target (base → RLFT) | before | after | change ± stderr of change | met |",
+            "|---|---|---|---|---|",
+        ]
+        for key, t in summary["targets"].items():
+            lines.append(
+                f"| {key.replace('_', ' ')} | {fmt(t['before'], 2)} | {fmt(t['after'], 2)} |"
+                f" {t['change']:+.2f} ± {t['stderr_of_change']:.2f} | {'yes' if t['met'] else 'no'} |"
+            )
+    if summary.get("missing"):
+        lines += ["", f"Missing runs: {', '.join(summary['missing'])}."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    models = [("base model", "C0"), ("RLFT-trained", "C3"), ("random agent", "0.5")]
+    width = 0.26
+    for ax, key, ylabel in (
+        (axes[0], "return", "return (game result, -5 per unusable answer)"),
+        (axes[1], "game_return", "game return (win - loss)"),
+    ):
+        for i, (model, color) in enumerate(models):
+            xs, ys, es = [], [], []
+            for j, opponent in enumerate(OPPONENTS):
+                match = [r for r in rows.values() if r["model"] == model and r["opponent"] == opponent]
+                if match:
+                    xs.append(j + (i - 1) * width)
+                    ys.append(match[0][key]["mean"])
+                    es.append(match[0][key]["stderr"])
+            if xs:
+                ax.bar(xs, ys, width, yerr=es, capsize=3, color=color, label=model)
+        ax.set_xticks(range(len(OPPONENTS)))
+        ax.set_xticklabels([f"vs {o} opponent" for o in OPPONENTS])
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xlabel("opponent")
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+    axes[1].set_ylim(-1.05, 1.05)
+    axes[1].legend(fontsize=9, loc="upper right")
+    n = next(iter(rows.values()))["episodes"]
+    fig.suptitle(f"Tic-tac-toe, {n} held-out games per bar: mean ± stderr")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--minutes", type=float, default=35.0, help="training budget (algo.time_limit_minutes)"
+    )
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=10_000,
+        help="iteration cap (default: effectively none, the budget stops training)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="global seed: training and the eval seeds")
+    parser.add_argument("--episodes", type=int, default=50, help="held-out games per row")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "rlft_tictactoe")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="also write rlft_tictactoe.{md,json,png} here (e.g. benchmarks/results)",
+    )
+    parser.add_argument(
+        "--summarize",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="only rebuild the summary and plot from an existing output dir",
+    )
+    parser.add_argument(
+        "--steps",
+        nargs="+",
+        default=list(STEPS),
+        choices=STEPS + EXTRA_STEPS,
+        help="run only these steps (two invocations on one --out may run different steps)",
+    )
+    args, extra = parser.parse_known_args(argv)
+    try:
+        if args.summarize:
+            summarize(args.summarize, args.results)
+            return 0
+        if args.episodes < 1 or args.minutes <= 0:
+            raise BenchmarkError("--episodes must be >= 1 and --minutes > 0")
+        routed = split_overrides(extra)
+        out = args.out
+        out.mkdir(parents=True, exist_ok=True)
+        common = [f"seed={args.seed}", f"eval.episodes={args.episodes}"]
+        env = [o for o in preset_env_overrides(PRESET) if not o.startswith("env.opponent=")]
+        start = time.perf_counter()
+        for opponent in [o for o in OPPONENTS if f"random_{o}" in args.steps]:
+            run_step(
+                f"random_{opponent}",
+                ["eval", *env, f"env.opponent={opponent}", "agent=random", *common, *routed["all"]],
+                out,
+                args.threads,
+            )
+        for opponent in [o for o in OPPONENTS if f"base_{o}" in args.steps]:
+            run_step(
+                f"base_{opponent}",
+                ["eval", f"experiment={PRESET}", f"env.opponent={opponent}", *common, *routed["llm"]],
+                out,
+                args.threads,
+            )
+        if "train" in args.steps:
+            run_step(
+                "train",
+                [
+                    "train",
+                    f"experiment={PRESET}",
+                    "env.opponent=random",
+                    *common,
+                    f"algo.time_limit_minutes={args.minutes}",
+                    f"algo.iterations={args.iterations}",
+                    f"algo.torch_threads={args.threads}",
+                    "algo.eval_before=false",  # the base model's rows are base_*/
+                    *routed["train"],
+                ],
+                out,
+                args.threads,
+            )
+        if "trained_random" in args.steps:
+            run_step(
+                "trained_random",
+                ["eval", f"from_run={out / 'train'}", "env.opponent=random", *common, *routed["all"]],
+                out,
+                args.threads,
+            )
+        if "trained_mcts" in args.steps:
+            run_step(
+                "trained_mcts",
+                ["eval", f"from_run={out / 'train'}", "env.opponent=mcts", *common, *routed["all"]],
+                out,
+                args.threads,
+            )
+        print(f"all steps done in {(time.perf_counter() - start) / 60:.1f} min", flush=True)
+        summarize(out, args.results)
+    except BenchmarkError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

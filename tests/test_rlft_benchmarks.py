@@ -1,0 +1,151 @@
+"""The RLFT benchmark scripts' summary code (benchmarks/rlft_bandit.py, benchmarks/rlft_tictactoe.py) on
+hand-made eval.json files: no model, no training."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import rlft_bandit  # noqa: E402
+import rlft_tictactoe  # noqa: E402
+
+
+def _bandit_eval(coverage: list[float], regret: list[float], seed: int = 0) -> dict:
+    """An eval.json of len(coverage) episodes of 2 presses whose final coverage/regret are the lists."""
+    n = len(coverage)
+
+    def ms(values: list[float]) -> tuple[float, float]:
+        return rlft_bandit.mean_stderr(values)
+
+    cov_m, cov_s = ms(coverage)
+    reg_m, reg_s = ms(regret)
+    return {
+        "episodes": n,
+        "seed": seed,
+        "mean_return": 1.0,
+        "return_stderr": 0.1,
+        "invalid_rate": 0.0,
+        "diagnostics": {
+            "curves": {
+                "step": [1, 2],
+                "episodes": [n, n],
+                "coverage_mean": [0.2, cov_m],
+                "coverage_stderr": [0.0, cov_s],
+                "regret_mean": [0.1, reg_m],
+                "regret_stderr": [0.01, reg_s],
+            },
+            "final_coverage": {"mean": cov_m, "stderr": cov_s},
+            "final_regret": {"mean": reg_m, "stderr": reg_s},
+            "greediness": {"cases": n, "greedy": 1, "share": 0.5},
+            "frequency_bias": {"cases": n, "repeats": 1, "share": 0.4, "chance_share": 0.3},
+            "knowing_doing": {"knowing_rate": 0.25, "doing_given_knowing": 0.5},
+        },
+    }
+
+
+def _write(path: Path, data: dict, status: str = "complete") -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "eval.json").write_text(json.dumps(data))
+    (path / "status.json").write_text(json.dumps({"status": status}))
+
+
+def test_bandit_summary_targets_and_files(tmp_path: Path) -> None:
+    _write(tmp_path / "base", _bandit_eval([0.2, 0.4, 0.2, 0.4], [3.0, 4.0, 3.0, 4.0]))
+    _write(
+        tmp_path / "train", {**_bandit_eval([0.8, 1.0, 0.8, 1.0], [1.0, 2.0, 1.0, 2.0]), "train_time_s": 60.0}
+    )
+    (tmp_path / "train" / "metrics.jsonl").write_text(
+        json.dumps({"iteration": 1, "time_s": 30.0})
+        + "\n"
+        + json.dumps({"iteration": 2, "time_s": 60.0})
+        + "\n"
+    )
+    _write(tmp_path / "planner", _bandit_eval([1.0] * 4, [0.5] * 4))
+    _write(tmp_path / "random", _bandit_eval([0.9, 1.0, 1.0, 0.9], [2.0, 2.5, 2.0, 2.5]))
+    results = tmp_path / "results"
+    summary = rlft_bandit.summarize(tmp_path, results)
+    cov = summary["targets"]["coverage_rises"]
+    assert cov["change"] == pytest.approx(0.6)
+    assert cov["stderr_of_change"] == pytest.approx(math.sqrt(2) * 0.057735, rel=1e-4)
+    assert cov["met"] and summary["targets"]["regret_falls"]["met"]
+    assert summary["training"]["iterations"] == 2 and summary["training"]["train_minutes"] == 1.0
+    md = (tmp_path / "summary.md").read_text()
+    assert "| RLFT-trained | 4 | 0.900 ± 0.058 |" in md
+    assert "coverage rises" in md and "| yes |" in md
+    for name in ("rlft_bandit.md", "rlft_bandit.json", "rlft_bandit.png"):
+        assert (results / name).stat().st_size > 0
+    assert "curve" not in json.loads((results / "rlft_bandit.json").read_text())["training"]
+    assert (tmp_path / "rlft_bandit.png").stat().st_size > 10_000
+
+
+def test_bandit_summary_refuses_mismatched_seeds(tmp_path: Path) -> None:
+    _write(tmp_path / "base", _bandit_eval([0.2, 0.4], [3.0, 4.0], seed=0))
+    _write(tmp_path / "random", _bandit_eval([0.2, 0.4], [3.0, 4.0], seed=1))
+    with pytest.raises(rlft_bandit.BenchmarkError, match="seed"):
+        rlft_bandit.summarize(tmp_path)
+
+
+def test_change_needs_more_than_the_stderr() -> None:
+    before, after = {"mean": 0.5, "stderr": 0.1}, {"mean": 0.6, "stderr": 0.1}
+    assert not rlft_bandit.change(before, after, +1)["met"]  # 0.1 < sqrt(0.02)
+    assert rlft_bandit.change(before, {"mean": 0.8, "stderr": 0.1}, +1)["met"]
+    assert not rlft_bandit.change(before, {"mean": 0.8, "stderr": 0.1}, -1)["met"]
+
+
+def test_split_overrides_routes_and_rejects() -> None:
+    routed = rlft_bandit.split_overrides(["env.arms=5", "agent.sampling.max_new_tokens=32", "algo.beta=0.1"])
+    assert routed["all"] == ["env.arms=5"]
+    assert routed["llm"] == ["env.arms=5", "agent.sampling.max_new_tokens=32"]
+    assert routed["train"] == ["env.arms=5", "agent.sampling.max_new_tokens=32", "algo.beta=0.1"]
+    with pytest.raises(rlft_bandit.BenchmarkError, match="Hydra overrides"):
+        rlft_bandit.split_overrides(["--minuets", "3"])
+
+
+def test_preset_env_overrides_match_the_presets() -> None:
+    bandit = rlft_bandit.preset_env_overrides("rlft_bandit")
+    assert bandit[0] == "env=bandit" and "env.arms=5" in bandit
+    ttt = rlft_bandit.preset_env_overrides("rlft_tictactoe")
+    assert ttt[0] == "env=tictactoe" and "env.opponent=random" in ttt
+
+
+def _ttt_eval(win: float, draw: float, loss: float, n: int = 50, invalid: float = 0.0) -> dict:
+    return {
+        "episodes": n,
+        "seed": 0,
+        "mean_return": win - loss - 5 * invalid,
+        "return_stderr": 0.1,
+        "invalid_rate": invalid,
+        "mean_win_rate": win,
+        "mean_draw_rate": draw,
+        "mean_loss_rate": loss,
+    }
+
+
+def test_tictactoe_game_return_stderr_matches_the_games() -> None:
+    games = [1] * 30 + [0] * 5 + [-1] * 15  # w=0.6, d=0.1, l=0.3
+    mean, stderr = rlft_bandit.mean_stderr([float(g) for g in games])
+    got = rlft_tictactoe.game_return(_ttt_eval(0.6, 0.1, 0.3))
+    assert got["mean"] == pytest.approx(mean) and got["stderr"] == pytest.approx(stderr)
+
+
+def test_tictactoe_summary(tmp_path: Path) -> None:
+    _write(tmp_path / "base_random", _ttt_eval(0.4, 0.1, 0.5, invalid=0.02))
+    _write(tmp_path / "train", _ttt_eval(0.7, 0.1, 0.2))
+    _write(tmp_path / "base_mcts", _ttt_eval(0.0, 0.1, 0.9))
+    _write(tmp_path / "trained_mcts", _ttt_eval(0.0, 0.15, 0.85))
+    summary = rlft_tictactoe.summarize(tmp_path, tmp_path / "results")
+    targets = summary["targets"]
+    assert targets["game_return_vs_random_rises"]["change"] == pytest.approx(0.6)
+    assert targets["game_return_vs_random_rises"]["met"]
+    assert not targets["game_return_vs_mcts_rises"]["met"]
+    assert set(summary["missing"]) == {"random_random", "random_mcts"}
+    md = (tmp_path / "summary.md").read_text()
+    assert "| RLFT-trained | random | 50 |" in md
+    assert (tmp_path / "results" / "rlft_tictactoe.png").stat().st_size > 10_000
