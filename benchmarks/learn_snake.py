@@ -1,0 +1,531 @@
+"""MS-GRPO learning on Snake with the embedded SmolLM2-135M (CPU), against random, planner and DQN.
+
+Plays the same held-out Snake episodes (the env's full game: 10x10, random opponent, 100 moves; the
+eval seeds of `seed`) with
+
+- `random` and `planner` (agentrl/agents/baselines.py),
+- DQN (`agentrl train env=snake algo=dqn`'s trainer, `--dqn-steps` env steps, one torch thread),
+- the embedded LLM before training (greedy, the preset's interface),
+- the same LLM after MS-GRPO training with `experiment=snake_learn` for `--minutes` of wall-clock,
+
+then writes into the output directory `results.json` (every agent's metrics, per-episode returns, timings,
+peak memory), `learn_snake.md` and `learn_snake.png` (final returns with stderr bars; the training
+curve), and copies the last two to `benchmarks/results/learn_snake.{md,png}` (`--results`).
+
+    .venv/bin/python benchmarks/learn_snake.py                       # 60-minute training budget
+    .venv/bin/python benchmarks/learn_snake.py --minutes 40 --out outputs/bench/learn_snake
+    .venv/bin/python benchmarks/learn_snake.py --minutes 5 --episodes 10 --dqn-steps 5000 algo.learning_rate=1e-5
+    .venv/bin/python benchmarks/learn_snake.py --summarize outputs/bench/learn_snake   # rebuild md + png
+
+The return is the agent's episode return as `agentrl eval` reports it (an LLM's invalid answers cost
+`agent.invalid_penalty` each); `env return` leaves those penalties out. Target: the trained LLM's mean
+return beats random's by more than the larger of the two stderrs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import logging
+import math
+import os
+import resource
+import shutil
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results" / "learn_snake"
+ORDER = ("random", "always_up", "llm_before", "llm_after", "dqn", "planner")
+LABELS = {
+    "random": "random",
+    "always_up": "always up (default action)",
+    "llm_before": "LLM before training",
+    "llm_after": "LLM after MS-GRPO",
+    "dqn": "DQN",
+    "planner": "planner (BFS)",
+}
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident set so far (Linux: ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def summarize_episodes(metrics: dict[str, Any], episodes: list[Any]) -> dict[str, Any]:
+    """eval metrics plus what the comparison needs: apples, env return, the per-episode returns."""
+    returns = [float(e.episode_return) for e in episodes]
+    env_returns = [float(sum(s.env_reward for s in e.steps)) for e in episodes]
+    apples = [float(e.final_info.get("state", {}).get("score", 0)) for e in episodes]
+    n = len(returns)
+    return {
+        "episodes": n,
+        "mean_return": float(np.mean(returns)),
+        "return_stderr": float(np.std(returns, ddof=1) / math.sqrt(n)) if n > 1 else 0.0,
+        "mean_env_return": float(np.mean(env_returns)),
+        "apples": float(np.mean(apples)),
+        "success_rate": float(metrics.get("success_rate", 0.0)),
+        "mean_length": float(metrics.get("mean_length", 0.0)),
+        "invalid_rate": float(metrics.get("invalid_rate", 0.0)),
+        "seeds": [int(e.seed) for e in episodes],
+        "returns": returns,
+    }
+
+
+def override_value(value: Any) -> str:
+    """A Hydra override's value text (strings quoted, booleans lower case)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def save(out: Path, results: dict[str, Any]) -> None:
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=1) + "\n")
+    tmp.replace(out / "results.json")
+
+
+def llm_eval_agent(cfg: Any, model: Any, tokenizer: Any) -> Any:
+    """The evaluation agent exactly as train_llm builds it (eval temperature, the preset's interface)."""
+    from agentrl.agents.llm import build_llm_agent
+
+    policy = build_llm_agent(cfg, model=model, tokenizer=tokenizer, share_prompts=cfg.algo.shared_prefix)
+    max_new = cfg.algo.max_new_tokens or policy.sampling.max_new_tokens
+    return policy.configured(
+        sampling=dataclasses.replace(
+            policy.sampling, temperature=cfg.algo.eval_temperature, max_new_tokens=max_new
+        )
+    )
+
+
+def default_action_agent() -> Any:
+    """An agent that plays the env's default action every step (Snake: "up")."""
+    from agentrl.agents.base import PolicyAgent
+
+    class DefaultActionAgent(PolicyAgent):
+        name = "always_up"
+
+        def choose(self, ctx: Any) -> int:
+            return ctx.env.default_action()
+
+    return DefaultActionAgent()
+
+
+def run(args: argparse.Namespace) -> Path:
+    os.environ.setdefault("AGENTRL_NO_PROGRESS", "1")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from agentrl.agents.baselines import PlannerAgent, RandomAgent
+    from agentrl.agents.dqn import load_dqn_agent
+    from agentrl.config import compose_config
+    from agentrl.envs import env_factory
+    from agentrl.evaluation import eval_seeds, evaluate
+    from agentrl.models import load_model, model_config
+    from agentrl.trainers.dqn import train_dqn
+    from agentrl.trainers.multistep import train_llm
+
+    overrides = [
+        "task=train",
+        "algo=msgrpo",
+        "experiment=snake_learn",
+        f"seed={args.seed}",
+        f"eval.episodes={args.episodes}",
+        f"algo.time_limit_minutes={args.minutes}",
+        f"algo.torch_threads={args.threads}",
+        "algo.eval_before=false",  # the before-training eval runs here (with its episodes)
+        "algo.checkpoint_every=0",
+        *args.overrides,
+    ]
+    cfg = compose_config(overrides)
+    seeds = eval_seeds(cfg)
+    make_env = env_factory(cfg.env)
+    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    out = args.out or Path("outputs") / "bench" / f"{stamp}_learn_snake_seed{args.seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"output directory: {out}", flush=True)
+    results: dict[str, Any] = {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "overrides": overrides,
+        "env": dict(cfg.env),
+        "seed": args.seed,
+        "eval_seeds": [seeds[0], seeds[-1]],
+        "threads": args.threads,
+        "started": datetime.now().isoformat(timespec="seconds"),
+        "agents": {},
+        "timing": {},
+        "peak_rss_gb": {},
+    }
+
+    def done(name: str, metrics: dict[str, Any], episodes: list[Any], **extra: Any) -> None:
+        row = summarize_episodes(metrics, episodes)
+        assert row["seeds"] == list(seeds), f"{name}: not the same eval seeds"
+        results["agents"][name] = {**row, **extra}
+        results["peak_rss_gb"][name] = round(peak_rss_gb(), 3)
+        save(out, results)
+        print(
+            f"{name:12s} return {row['mean_return']:+.3f} ± {row['return_stderr']:.3f} (n={row['episodes']})"
+            f"  apples {row['apples']:.2f}  invalid {row['invalid_rate']:.3f}",
+            flush=True,
+        )
+
+    # -- classic baselines; "always up" is what an LLM that answers only invalidly plays (the env's
+    # default action), so an LLM that merely learned valid answers and one favourite move ends near it --
+    for name, agent in (
+        ("random", RandomAgent()),
+        ("always_up", default_action_agent()),
+        ("planner", PlannerAgent(cfg.env.name)),
+    ):
+        metrics, episodes = evaluate(make_env, agent, seeds, description=name, agent_seed=args.seed)
+        done(name, metrics, episodes)
+
+    # -- DQN on the same env and seeds --
+    if args.dqn_steps > 0:
+        env_overrides = [f"env.{k}={override_value(v)}" for k, v in cfg.env.items()]
+        dqn_cfg = compose_config(
+            [
+                "task=train",
+                "algo=dqn",
+                f"env={cfg.env.name}",
+                "agent=random",
+                f"seed={args.seed}",
+                f"eval.episodes={args.episodes}",
+                f"algo.total_timesteps={args.dqn_steps}",
+                "algo.torch_threads=1",
+                *[o for o in env_overrides if not o.startswith("env.name=")],
+            ]
+        )
+        assert eval_seeds(dqn_cfg) == seeds
+        start = time.perf_counter()
+        trained = train_dqn(dqn_cfg, out / "dqn")
+        torch.set_num_threads(args.threads)
+        metrics, episodes = evaluate(make_env, load_dqn_agent(out / "dqn"), seeds, description="dqn")
+        done(
+            "dqn",
+            metrics,
+            episodes,
+            train_steps=args.dqn_steps,
+            train_minutes=round(trained.extra.get("train_time_s", time.perf_counter() - start) / 60, 2),
+        )
+
+    # -- the LLM before training (the base model, the preset's interface, greedy) --
+    model, tokenizer = load_model(model_config(cfg.model))
+    agent = llm_eval_agent(cfg, model, tokenizer)
+    metrics, episodes = evaluate(
+        make_env, agent, seeds, lockstep=cfg.eval.lockstep, description="llm before", agent_seed=args.seed
+    )
+    done("llm_before", metrics, episodes)
+    del model, agent
+    gc.collect()
+
+    # -- MS-GRPO training, then the same eval (train_llm runs it) --
+    start = time.perf_counter()
+    trained = train_llm(cfg, out / "llm")
+    wall = time.perf_counter() - start
+    rows = read_metrics(out / "llm")
+    results["timing"] = {
+        "iterations": len(rows),
+        "train_time_s": trained.extra.get("train_time_s"),
+        "train_plus_eval_s": round(wall, 1),
+        "mean_rollout_s": float(np.mean([r.get("rollout_s", 0) for r in rows])) if rows else None,
+        "mean_update_s": float(np.mean([r.get("update_s", 0) for r in rows])) if rows else None,
+        "mean_iteration_s": float(np.mean([r.get("iteration_s", 0) for r in rows])) if rows else None,
+        "mean_samples": float(np.mean([r.get("samples", 0) for r in rows])) if rows else None,
+    }
+    done(
+        "llm_after",
+        trained.metrics,
+        trained.episodes,
+        train_minutes=round(trained.extra["train_time_s"] / 60, 2),
+    )
+    results["finished"] = datetime.now().isoformat(timespec="seconds")
+    save(out, results)
+    return out
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def gap(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float]:
+    """a - b and its stderr (independent samples)."""
+    return a["mean_return"] - b["mean_return"], math.hypot(a["return_stderr"], b["return_stderr"])
+
+
+def verdict(agents: dict[str, Any]) -> tuple[bool | None, str]:
+    """Whether the trained LLM beats random by more than the larger stderr (the target), and, when the
+    "always up" control was played, whether it also beats that (else the win is the control's)."""
+    if "llm_after" not in agents or "random" not in agents:
+        return None, "no trained-LLM result yet"
+    after, rnd = agents["llm_after"], agents["random"]
+    diff, _ = gap(after, rnd)
+    bound = max(after["return_stderr"], rnd["return_stderr"])
+    ok = diff > bound
+    text = (
+        f"trained LLM {after['mean_return']:+.3f} ± {after['return_stderr']:.3f} vs "
+        f"random {rnd['mean_return']:+.3f} ± {rnd['return_stderr']:.3f}: difference {diff:+.3f} "
+        f"{'>' if ok else '<='} {bound:.3f} (the larger stderr)"
+    )
+    up = agents.get("always_up")
+    if up is not None:
+        up_diff, _ = gap(after, up)
+        up_bound = max(after["return_stderr"], up["return_stderr"])
+        if ok and up_diff <= up_bound:
+            return False, (
+                f"MET ONLY IN THE LETTER: {text}; but playing up every move does as well "
+                f"(trained LLM - always up {up_diff:+.3f} <= {up_bound:.3f}), so nothing about Snake was learned"
+            )
+    return ok, f"{'MET' if ok else 'NOT MET'}: {text}"
+
+
+def markdown(results: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    agents = results["agents"]
+    n = next(iter(agents.values()))["episodes"] if agents else 0
+    env = results.get("env", {})
+    lines = [
+        "# MS-GRPO on Snake: the embedded SmolLM2-135M against random, planner and DQN",
+        "",
+        f"Command: `.venv/bin/python benchmarks/{results.get('command', 'learn_snake.py')}` "
+        f"(started {results.get('started')}, finished {results.get('finished', '-')}).",
+        f"Held-out episodes: {n} per agent, the same seeds for all ({results['eval_seeds'][0]}..{results['eval_seeds'][1]}); "
+        f"Snake {env.get('size')}x{env.get('size')}, opponent={env.get('opponent')}, "
+        f"max_steps={env.get('max_steps')}, step penalty {env.get('step_penalty')}. "
+        "LLM: greedy, the `experiment=snake_learn` interface; return includes invalid-answer penalties, "
+        "env return does not.",
+        "",
+        "| agent | mean return ± stderr (n) | env return | apples / episode | success | length | invalid | training |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in ORDER:
+        if name not in agents:
+            continue
+        a = agents[name]
+        train = ""
+        if name == "dqn":
+            train = f"{a.get('train_steps', 0):,} steps, {a.get('train_minutes', 0):.1f} min"
+        elif name == "llm_after":
+            train = f"{results['timing'].get('iterations')} iterations, {a.get('train_minutes', 0):.1f} min"
+        lines.append(
+            f"| {LABELS[name]} | {a['mean_return']:+.3f} ± {a['return_stderr']:.3f} ({a['episodes']}) | "
+            f"{a['mean_env_return']:+.3f} | {a['apples']:.2f} | {a['success_rate']:.2f} | {a['mean_length']:.1f} | "
+            f"{a['invalid_rate']:.3f} | {train} |"
+        )
+    lines.append("")
+    ok, text = verdict(agents)
+    lines.append(f"**Target (trained LLM beats random by more than its stderr): {text}.**")
+    if "always_up" in agents and "llm_after" in agents:
+        diff, err = gap(agents["llm_after"], agents["always_up"])
+        up_diff, _ = gap(agents["always_up"], agents["random"]) if "random" in agents else (float("nan"), 0)
+        same = agents["llm_after"]["returns"] == agents["always_up"]["returns"]
+        lines.append(
+            f'Control: playing "up" every move (what an LLM that answers only invalidly plays) scores '
+            f"{agents['always_up']['mean_return']:+.3f} ± {agents['always_up']['return_stderr']:.3f}, "
+            f"{up_diff:+.3f} over random by itself; trained LLM - always up: {diff:+.3f} ± {err:.3f}"
+            + (
+                " (the same return in every episode: the trained greedy policy plays up throughout)."
+                if same
+                else "."
+            )
+        )
+    if "dqn" in agents and "llm_after" in agents:
+        diff, err = gap(agents["dqn"], agents["llm_after"])
+        lines.append(
+            f"DQN - trained LLM (the paper's comparison: DQN beats the LLM agents on Snake): {diff:+.3f} ± {err:.3f}."
+        )
+    if "llm_after" in agents and "llm_before" in agents:
+        diff, err = gap(agents["llm_after"], agents["llm_before"])
+        lines.append(f"Trained - untrained LLM: {diff:+.3f} ± {err:.3f}.")
+    timing = results.get("timing") or {}
+    updated = [r for r in rows if r.get("samples", 0) > 0]
+    if rows:
+        lines += [
+            "",
+            f"{len(updated)} of {len(rows)} iterations took an optimizer step (the others had no group with "
+            "return variance)"
+            + (
+                f"; those averaged {np.mean([r.get('rollout_s', 0) for r in updated]):.1f} s rollout + "
+                f"{np.mean([r.get('update_s', 0) for r in updated]):.1f} s update on "
+                f"{np.mean([r['samples'] for r in updated]):.0f} rows (update_s includes the periodic evals)."
+                if updated
+                else "."
+            ),
+        ]
+    if timing:
+        lines += [
+            "",
+            f"Training: {timing.get('iterations')} iterations in {(timing.get('train_time_s') or 0) / 60:.1f} min; per "
+            f"iteration {timing.get('mean_rollout_s', 0):.1f} s rollout + {timing.get('mean_update_s', 0):.1f} s update "
+            f"({timing.get('mean_samples', 0):.0f} rows on average); {results.get('threads')} torch thread(s). "
+            f"Peak RSS of the whole benchmark process: {max(results.get('peak_rss_gb', {}).values() or [0]):.2f} GiB.",
+        ]
+    if rows:
+        evals = [
+            (r["iteration"], r["eval/mean_return"]) for r in rows if r.get("eval/mean_return") is not None
+        ]
+        first = rows[: min(3, len(rows))]
+        last = rows[-min(3, len(rows)) :]
+
+        def avg(rs: list[dict[str, Any]], key: str) -> float:
+            return float(np.mean([r.get(key, 0.0) for r in rs]))
+
+        lines += [
+            f"Training rollouts (8-move episodes, sampled): invalid rate {avg(first, 'train/invalid_rate'):.3f} -> "
+            f"{avg(last, 'train/invalid_rate'):.3f}, return {avg(first, 'train/mean_return'):+.2f} -> "
+            f"{avg(last, 'train/mean_return'):+.2f} (mean of the first and last 3 iterations).",
+        ]
+        if evals:
+            lines.append(
+                "Periodic greedy evals (return, first held-out episodes): "
+                + ", ".join(f"it {i}: {v:+.2f}" for i, v in evals)
+                + "."
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agents = results["agents"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [1, 1.2]})
+    names = [n for n in ORDER if n in agents]
+    means = [agents[n]["mean_return"] for n in names]
+    errs = [agents[n]["return_stderr"] for n in names]
+    colors = {
+        "random": "0.6",
+        "always_up": "0.8",
+        "llm_before": "C1",
+        "llm_after": "C0",
+        "dqn": "C2",
+        "planner": "C3",
+    }
+    y = np.arange(len(names))
+    left.barh(y, means, xerr=errs, color=[colors[n] for n in names], capsize=4)
+    left.set_yticks(y, [LABELS[n] for n in names])
+    left.invert_yaxis()
+    left.axvline(0, color="k", lw=0.6)
+    for k, n in enumerate(names):
+        a = agents[n]
+        text = f"{a['mean_return']:+.2f} ± {a['return_stderr']:.2f}, {a['apples']:.2f} apples"
+        x = max(a["mean_return"], 0) + a["return_stderr"] + 0.3
+        left.text(x, k, text, va="center", fontsize=8)
+    lo = min(min(means) - max(errs) - 0.5, -1.5)
+    hi = max(max(means) + max(errs) + 0.45 * (max(means) - lo), 2.0)
+    left.set_xlim(lo, hi)
+    n = agents[names[0]]["episodes"] if names else 0
+    left.set_xlabel(f"mean episode return ± stderr ({n} held-out episodes, same seeds)")
+    left.set_title("Snake 10x10, 100 moves: held-out return")
+
+    if rows:
+        minutes = [r["time_s"] / 60 for r in rows]
+        right.plot(
+            minutes,
+            [r.get("train/mean_return", np.nan) for r in rows],
+            color="0.55",
+            lw=1,
+            label="training return (sampled, 8-move episodes)",
+        )
+        right.plot(
+            minutes,
+            [r.get("train/invalid_rate", np.nan) for r in rows],
+            color="C4",
+            lw=1,
+            ls=":",
+            label="training invalid-answer rate",
+        )
+        evals = [
+            (r["time_s"] / 60, r["eval/mean_return"]) for r in rows if r.get("eval/mean_return") is not None
+        ]
+        if "llm_before" in agents:
+            evals = [(0.0, agents["llm_before"]["mean_return"]), *evals]
+        if evals:
+            right.plot(
+                *zip(*evals, strict=True),
+                "o-",
+                color="C0",
+                lw=2,
+                label="periodic greedy eval return (first held-out episodes)",
+            )
+        if "llm_after" in agents:
+            right.plot(
+                [minutes[-1]],
+                [agents["llm_after"]["mean_return"]],
+                "*",
+                color="C0",
+                ms=14,
+                label=f"final eval ({agents['llm_after']['episodes']} episodes)",
+            )
+        if "random" in agents:
+            right.axhline(agents["random"]["mean_return"], color="0.6", ls="--", lw=1, label="random (eval)")
+        right.set_xlabel("training wall-clock (minutes)")
+        right.set_ylabel("return / invalid rate")
+        right.set_title("MS-GRPO, SmolLM2-135M (experiment=snake_learn)")
+        right.legend(fontsize=7, loc="best")
+    else:
+        right.text(0.5, 0.5, "no training metrics", ha="center", transform=right.transAxes)
+        right.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_summary(out: Path, results_prefix: Path | None) -> str:
+    results = json.loads((out / "results.json").read_text())
+    rows = read_metrics(out / "llm")
+    text = markdown(results, rows)
+    (out / "learn_snake.md").write_text(text)
+    plot(results, rows, out / "learn_snake.png")
+    if results_prefix is not None:
+        results_prefix.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out / "learn_snake.md", results_prefix.with_suffix(".md"))
+        shutil.copyfile(out / "learn_snake.png", results_prefix.with_suffix(".png"))
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--minutes", type=float, default=60.0, help="MS-GRPO training wall-clock budget")
+    parser.add_argument("--episodes", type=int, default=50, help="held-out eval episodes per agent (>= 50)")
+    parser.add_argument("--dqn-steps", type=int, default=100_000, help="DQN env steps (0: no DQN)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for the LLM")
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default outputs/bench/...)")
+    parser.add_argument(
+        "--summarize",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="only rebuild learn_snake.md/png from DIR/results.json and DIR/llm/metrics.jsonl",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="where the md/png copies go (a path prefix; 'none' for no copy)",
+    )
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the LLM run")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    prefix = None if str(args.results) == "none" else args.results
+    out = args.summarize if args.summarize is not None else run(args)
+    text = write_summary(out, prefix)
+    print(text)
+    ok, _ = verdict(json.loads((out / "results.json").read_text())["agents"])
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

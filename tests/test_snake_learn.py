@@ -1,0 +1,160 @@
+"""Snake training that a CPU can run: the token budget bounds an update's memory at the default
+`env=snake algo=msgrpo` config, and the tuned preset `experiment=snake_learn` composes, dry-runs and
+trains one iteration with the tiny test model.
+
+The memory check runs one MS-GRPO update on real Snake prompts (~505 tokens each, every row a different
+board, as in Snake training) in a fresh subprocess, so the process's peak resident set
+(`ru_maxrss`) measures that update alone: its growth over the resident set just before the update."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from agentrl.cli import app
+from agentrl.config import compose_config
+
+runner = CliRunner()
+ROWS = 160  # rows of one iteration (the default config's 2 x 16 episodes pass this within ~5 moves each)
+BUDGET = 2048  # tokens per forward/backward: ~4 Snake rows
+MOVES = ("up", "down", "left", "right")
+
+
+def snake_update_growth(budget: int | None, tmp: Path, rows_n: int = ROWS) -> dict[str, Any]:
+    """One update on `rows_n` Snake rows at the default config, in this process: resident-set growth (MB)
+    from just before `trainer.train()` to the process's peak."""
+    import resource
+
+    import numpy as np
+    import psutil
+    import torch
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from agentrl.agents.llm import build_llm_agent
+    from agentrl.config import typed
+    from agentrl.envs import env_factory
+    from agentrl.models import load_model
+    from agentrl.trainers.multistep import MultiStepTrainer, grpo_config
+    from agentrl.types import StepContext, StepSample
+
+    torch.set_num_threads(1)
+    overrides = ["task=train", "env=snake", "algo=msgrpo", "model=tiny-random", "algo.iterations=1"]
+    if budget:
+        overrides.append(f"algo.max_batch_tokens={budget}")
+    cfg = compose_config(overrides)
+    algo = typed(cfg.algo)
+    torch.manual_seed(0)
+    model, tokenizer = load_model(cfg.model, for_training=True)
+    agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
+    prefill = agent.interface.prefill
+    make_env = env_factory(cfg.env)
+    answers = [tokenizer(f"{prefill} {m}", add_special_tokens=False).input_ids[-1] for m in MOVES]
+    rows = []
+    for k in range(rows_n):
+        env = make_env()
+        obs, info = env.reset(seed=k)
+        ctx = StepContext(env, obs, info, [], np.random.default_rng(0), 0)
+        text = agent.interface.render(agent.interface.messages(ctx), tokenizer)
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        rows.append(StepSample(ids, [answers[k % 4]], None, 1.0 if k % 2 else -1.0, k, 0))
+    args = grpo_config(algo, tmp, "cpu", 0, "fp32")
+    trainer = MultiStepTrainer(
+        model=model,
+        reward_funcs=[lambda **kw: [0.0]],
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["x"] * (2 * args.steps_per_generation)}),
+        processing_class=tokenizer,
+        collect=lambda iteration: (list(rows), {}),
+        shared_prefix=algo.shared_prefix,
+        max_batch_tokens=algo.max_batch_tokens,
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    before = psutil.Process().memory_info().rss
+    trainer.train()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        "growth_mb": max(peak - before, 0) / 2**20,
+        "prompt_tokens": sum(len(r.prompt_ids) for r in rows) / len(rows),
+        "accumulation": algo.gradient_accumulation_steps,
+    }
+
+
+def _measure(budget: int | None, tmp: Path, rows_n: int = ROWS) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, str(budget or 0), str(tmp), str(rows_n)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_token_budget_bounds_a_snake_update_s_memory(tmp_path):
+    # measured: no budget 258 MB (160 rows) -> 467 MB (320 rows); budget 2048: 162 MB -> 164 MB
+    unbounded = _measure(None, tmp_path / "none", 2 * ROWS)
+    bounded = _measure(BUDGET, tmp_path / "budget", ROWS)
+    bounded_twice = _measure(BUDGET, tmp_path / "budget2", 2 * ROWS)
+    assert bounded["prompt_tokens"] > 400  # real Snake prompts
+    # under the budget the update's memory does not grow with the rows of the iteration ...
+    assert bounded_twice["growth_mb"] - bounded["growth_mb"] < 40, (bounded, bounded_twice)
+    # ... while 80 rows per micro-batch (default accumulation 4) without it hold far more
+    assert bounded_twice["growth_mb"] < 0.5 * unbounded["growth_mb"], (bounded_twice, unbounded)
+    assert bounded_twice["growth_mb"] < 250, bounded_twice
+
+
+def test_snake_learn_composes_with_its_settings():
+    cfg = compose_config(["task=train", "experiment=snake_learn"])
+    assert cfg.env.name == "snake" and cfg.env.max_steps == 100  # evaluation: the full game
+    assert cfg.algo.name == "msgrpo" and cfg.algo.max_steps == 8  # training: 8-move episodes
+    assert cfg.agent.prefill == "The snake moves" and cfg.agent.sampling.max_new_tokens == 1
+    assert cfg.algo.max_batch_tokens and cfg.algo.top_k == 0 and cfg.eval.episodes >= 50
+
+
+def test_snake_moves_are_one_token_after_the_preset_s_prefill():
+    from agentrl.agents.llm import single_token_after
+    from agentrl.models import load_model
+
+    _, tokenizer = load_model(compose_config(["model=tiny-random"]).model)  # SmolLM2's tokenizer
+    assert all(single_token_after(tokenizer, "The snake moves", m) for m in MOVES)
+
+
+def test_snake_learn_dry_runs_with_the_tiny_model(tmp_path):
+    result = runner.invoke(app, ["train", "experiment=snake_learn", "model=tiny-random", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "dry run: agentrl train" in result.output and "snake" in result.output
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_snake_learn_trains_one_iteration_with_the_tiny_model(run_dir):
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "experiment=snake_learn",
+            "model=tiny-random",
+            "algo.iterations=1",
+            "algo.torch_threads=1",
+            "algo.eval_before=false",
+            "algo.save_final=false",
+            "eval.episodes=2",
+            f"hydra.run.dir={run_dir}",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    row = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["train/episodes"] >= 32 and row["train/mean_length"] <= 8  # 8-move training episodes
+    assert json.loads((run_dir / "eval.json").read_text())["episodes"] == 2
+
+
+if __name__ == "__main__":  # the subprocess of _measure
+    budget_arg, tmp_arg, rows_arg = int(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    print(json.dumps(snake_update_growth(budget_arg or None, tmp_arg, rows_arg)))
