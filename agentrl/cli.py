@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import textwrap
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -65,9 +66,10 @@ TRAIN_DEFAULT_ALGO = "msgrpo"
 #: what `agentrl report --table` writes
 REPORT_TABLES = ("runs", "paper")
 #: the config groups each command's --help lists (algo only where a run trains)
+HELP_WIDTH = 78  # the config-group lines of --help fit an 80-column terminal
 HELP_GROUPS = {
     "eval": ("env", "agent", "model", "experiment"),
-    "train": ("env", "algo", "model", "agent", "experiment"),
+    "train": ("env", "algo", "model", "agent", "distributed", "experiment"),
     "sweep": ("env", "agent", "model", "algo", "experiment"),
     "config": ("env", "agent", "model", "algo", "experiment"),
     "play": ("env",),
@@ -104,7 +106,10 @@ def config_groups_help(command: str) -> str:
         default = defaults.get(group)
         options = [o for o in group_options(group) if o != default]
         first = f"{default} (default)" if default else "none by default"
-        lines.append(f"  {group:<{width}} = {', '.join([first, *options])}")
+        # long lists continue on lines of their own (the terminal would wrap them to column 0)
+        rows = textwrap.wrap(", ".join([first, *options]), HELP_WIDTH - width - 5, break_on_hyphens=False)
+        lines.append(f"  {group:<{width}} = {rows[0]}")
+        lines += [f"  {'':<{width}}   {row}" for row in rows[1:]]
     lines += ["", "Every key of an option, its default and help: agentrl config <group>=<option> --describe"]
     return "\n".join(lines)
 

@@ -73,6 +73,7 @@ def test_two_processes_give_the_loss_and_gradient_of_one_process_with_all_rows(t
     assert b["weights"] == pytest.approx(a["weights"], rel=1e-7)  # the same update
 
 
+@pytest.mark.slow  # six processes start (~2 min); the update itself is checked above
 def test_agentrl_train_distributed_ddp_runs_two_processes_and_resumes(tmp_path):
     run = tmp_path / "run"
     common = [

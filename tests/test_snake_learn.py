@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from agentrl.cli import app
@@ -98,6 +99,7 @@ def _measure(budget: int | None, tmp: Path, rows_n: int = ROWS) -> dict[str, Any
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # three model processes (~80 s); its RSS figures vary with what the machine runs
 def test_token_budget_bounds_a_snake_update_s_memory(tmp_path):
     # measured: no budget 258 MB (160 rows) -> 467 MB (320 rows); budget 2048: 162 MB -> 164 MB
     unbounded = _measure(None, tmp_path / "none", 2 * ROWS)

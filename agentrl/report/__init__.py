@@ -59,8 +59,9 @@ from agentrl.report.runs import (
     load_run,
     mean_stderr,
     summarise_groups,
+    write_csv,
 )
-from agentrl.report.tables import _write_csv, print_report, render_markdown
+from agentrl.report.tables import print_report, render_markdown
 from agentrl.report.target import (
     DEFAULT_TARGET,
     DEFAULT_TARGET_METRIC,
@@ -106,10 +107,10 @@ def build_report(
 
     names = sorted({n for r in runs for n in r.env_metrics})
     csv_path = out_dir / "report.csv"
-    _write_csv(csv_path, RUN_COLUMNS + names, (r.row(names) for r in runs))
+    write_csv(csv_path, RUN_COLUMNS + names, (r.row(names) for r in runs))
     groups_path = out_dir / "report_groups.csv"
     group_columns = GROUP_COLUMNS + [f"{n}_{s}" for n in names for s in ("mean", "stderr")]
-    _write_csv(groups_path, group_columns, (g.row(names) for g in report.groups))
+    write_csv(groups_path, group_columns, (g.row(names) for g in report.groups))
     report.target = time_to_target(report.groups, target, target_metric)
     if not report.target.summaries and any(r.is_training and r.curve for g in report.groups for r in g.runs):
         log.warning(

@@ -610,3 +610,14 @@ def seeds_text(group: GroupSummary) -> str:
     """'3 seeds', or '3 seeds, 4 runs' when a seed has several runs."""
     seeds = f"{group.seeds} seed" + ("s" if group.seeds != 1 else "")
     return seeds if len(group.runs) == group.seeds else f"{seeds}, {len(group.runs)} runs"
+
+
+def write_csv(path: Path, columns: list[str], rows: Iterable[dict[str, Any]]) -> None:
+    """`rows` (dicts keyed by `columns`) as a CSV file with a header."""
+    import csv
+
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from agentrl.report.diagnostics import diagnostics_markdown, print_diagnostics
@@ -313,11 +311,3 @@ def print_report(report: Report, console: Any) -> None:
         console.print("Per-run table: report.md and report.csv.")
     if report.files:
         console.print(escape("Wrote " + ", ".join(str(p) for p in report.files)), overflow="fold")
-
-
-def _write_csv(path: Path, columns: list[str], rows: Iterable[dict[str, Any]]) -> None:
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(row)

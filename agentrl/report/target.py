@@ -420,13 +420,13 @@ def print_target(table: TargetTable | None, console: Any) -> None:
 
 def write_target_csvs(table: TargetTable, out_dir: Path) -> list[Path]:
     """`report_target.csv` (one row per group) and `report_target_runs.csv` (one row per run)."""
-    from agentrl.report.tables import _write_csv
+    from agentrl.report.runs import write_csv
 
     if not table.summaries:
         return []
     groups_path, runs_path = out_dir / "report_target.csv", out_dir / "report_target_runs.csv"
-    _write_csv(groups_path, TARGET_COLUMNS, (s.row(table.metric, table.target) for s in table.summaries))
-    _write_csv(
+    write_csv(groups_path, TARGET_COLUMNS, (s.row(table.metric, table.target) for s in table.summaries))
+    write_csv(
         runs_path,
         TARGET_RUN_COLUMNS,
         (t.row(table.metric, table.target) for s in table.summaries for t in s.runs),
