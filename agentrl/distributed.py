@@ -136,7 +136,7 @@ def shared_atomic_dir(final_path: Path) -> Iterator[Path]:
     """`runlog.atomic_dir` for every process at once: all write into one staging directory (each its own
     files: its RNG state, its shards), and process 0 puts it in place in one rename once all are done.
     Call it on every process."""
-    from agentrl.runlog import atomic_dir
+    from agentrl.runlog import atomic_dir, replace_dir
 
     if not active():
         with atomic_dir(final_path) as tmp:
@@ -151,13 +151,7 @@ def shared_atomic_dir(final_path: Path) -> Iterator[Path]:
     yield tmp
     barrier()
     if is_main():
-        if final_path.exists():
-            old = final_path.with_name(f".old-{final_path.name}-shared")
-            os.replace(final_path, old)
-            os.replace(tmp, final_path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final_path)
+        replace_dir(tmp, final_path, tag="shared")
     barrier()
 
 

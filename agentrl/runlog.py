@@ -311,8 +311,14 @@ def atomic_dir(final_path: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    replace_dir(tmp, final_path, tag=str(os.getpid()))
+
+
+def replace_dir(tmp: Path, final_path: Path, tag: str) -> None:
+    """Put the finished directory `tmp` at `final_path` in one rename (an existing one is moved aside
+    first, as `.old-<name>-<tag>`, and removed after)."""
     if final_path.exists():
-        old = final_path.with_name(f".old-{final_path.name}-{os.getpid()}")
+        old = final_path.with_name(f".old-{final_path.name}-{tag}")
         os.replace(final_path, old)
         os.replace(tmp, final_path)
         shutil.rmtree(old, ignore_errors=True)

@@ -84,3 +84,17 @@ class Backend(ABC):
     ) -> list[tuple[str, list[int], list[float] | None]]:
         """Chat backends: one (completion text, ids, log-probs) per conversation."""
         raise BackendError(f"the {self.name} backend takes token ids, not chat messages")
+
+
+def completion_length(tokenizer: Any, eos_ids: Any, ids: list[int], stops: tuple[str, ...]) -> int:
+    """Tokens a model really produced of the generated `ids`: through the first stop string, else through
+    the first eos (kept, so training sees where the answer ends), else all of them (max_new_tokens)."""
+    eos_at = next((k for k, t in enumerate(ids) if t in eos_ids), None)
+    before_eos = ids if eos_at is None else ids[:eos_at]
+    if stops and before_eos:
+        text = tokenizer.decode(before_eos, skip_special_tokens=True)
+        if any(s in text for s in stops):
+            for k in range(1, len(before_eos) + 1):
+                if any(s in tokenizer.decode(before_eos[:k], skip_special_tokens=True) for s in stops):
+                    return k
+    return len(ids) if eos_at is None else eos_at + 1

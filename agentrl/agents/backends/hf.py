@@ -7,7 +7,7 @@ import functools
 import logging
 from typing import Any
 
-from agentrl.agents.backends.base import Backend, Completion, SamplingConfig
+from agentrl.agents.backends.base import Backend, Completion, SamplingConfig, completion_length
 from agentrl.errors import BackendError
 from agentrl.syncforward import is_sharded
 
@@ -259,19 +259,7 @@ class HFBackend(Backend):
         return results
 
     def _completion_length(self, ids: list[int], stops: tuple[str, ...]) -> int:
-        """Tokens the model really produced: through the first stop string, else through the first eos
-        (kept, so training sees where the answer ends), else all of them (max_new_tokens reached)."""
-        eos_at = next((k for k, t in enumerate(ids) if t in self.eos_ids), None)
-        before_eos = ids if eos_at is None else ids[:eos_at]
-        if stops and before_eos:
-            text = self.tokenizer.decode(before_eos, skip_special_tokens=True)
-            if any(s in text for s in stops):
-                for k in range(1, len(before_eos) + 1):
-                    if any(
-                        s in self.tokenizer.decode(before_eos[:k], skip_special_tokens=True) for s in stops
-                    ):
-                        return k
-        return len(ids) if eos_at is None else eos_at + 1
+        return completion_length(self.tokenizer, self.eos_ids, ids, stops)
 
     # ---- prompt sharing (see the class doc) ------------------------------------------------------------
     def _generate_shared(

@@ -51,7 +51,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentrl.agents.backends.base import Backend, Completion, SamplingConfig
+from agentrl.agents.backends.base import Backend, Completion, SamplingConfig, completion_length
 from agentrl.errors import BackendError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -366,19 +366,7 @@ class TRLVLLMBackend(Backend):
         return results
 
     def _completion_length(self, ids: list[int], stops: tuple[str, ...]) -> int:
-        """The hf backend's rule (`HFBackend._completion_length`; the tests check they agree): through the
-        first stop string, else through the first eos (kept), else all of them."""
-        eos_at = next((k for k, t in enumerate(ids) if t in self.eos_ids), None)
-        before_eos = ids if eos_at is None else ids[:eos_at]
-        if stops and before_eos:
-            text = self.tokenizer.decode(before_eos, skip_special_tokens=True)
-            if any(s in text for s in stops):
-                for k in range(1, len(before_eos) + 1):
-                    if any(
-                        s in self.tokenizer.decode(before_eos[:k], skip_special_tokens=True) for s in stops
-                    ):
-                        return k
-        return len(ids) if eos_at is None else eos_at + 1
+        return completion_length(self.tokenizer, self.eos_ids, ids, stops)  # the hf backend's rule
 
 
 def _sampled_logprobs(ids: list[int], logprobs: Any, token_ids: Any) -> list[float]:
