@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from agentrl import distributed as dist
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.config import CONF_DIR, CONFIG_GROUPS, compose_config, split_sweep
+from agentrl.config.presets import preset_for_agent
 from agentrl.errors import AgentRLError, ConfigError, RunDirError
 from agentrl.rundir import (
     STATUS_FILE,
@@ -342,6 +343,7 @@ def launch(
         overrides, resume = _pop_resume(overrides, resume)
     if task == "eval":
         overrides = _eval_overrides(overrides)
+    overrides = preset_for_agent(overrides, CONF_DIR, CONFIG_GROUPS)
     given = list(overrides)  # what a relaunch passes on to its processes
     lock: RunLock | BorrowedLock | None = None
     if resume is not None:

@@ -10,7 +10,9 @@ from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
 from agentrl.cli import _sweep_trains, app
-from agentrl.config import CONF_DIR, compose_config
+from agentrl.config import CONF_DIR, CONFIG_GROUPS, compose_config
+from agentrl.config.presets import preset_for_agent
+from agentrl.errors import ConfigError
 from agentrl.run import dry_run, plays_trained_model, trained_model
 
 runner = CliRunner()
@@ -110,3 +112,50 @@ def test_sweep_of_a_training_preset_trains():
     assert _sweep_trains(["experiment=frozenlake_learn", "seed=0,1,2", "algo.aaw.enabled=true,false"])
     assert _sweep_trains(["experiment=zero_shot_72b,paper_snake_3b"])
     assert not _sweep_trains(["experiment=zero_shot_72b", "env=snake"])
+
+
+# ---- a preset with a baseline agent ---------------------------------------------------------------
+EVAL_PRESETS = [name for name in PRESETS if not _preset(name).get("from_run_env")]
+
+
+@pytest.mark.parametrize("agent", ["random", "planner"])
+@pytest.mark.parametrize("name", EVAL_PRESETS)
+def test_every_preset_composes_with_a_baseline_agent_and_keeps_its_env(name, agent):
+    """The LLM presets' agent keys (cot, prefill, sampling, ...) do not exist for random or planner:
+    they are left out, and the preset's env and eval settings still hold."""
+    preset = compose_config(["task=eval", f"experiment={name}"])
+    cfg = compose_config(["task=eval", f"experiment={name}", f"agent={agent}"])
+    assert cfg.agent.name == agent
+    assert cfg.env == preset.env and cfg.eval == preset.eval and cfg.seed == preset.seed
+
+
+def test_a_preset_with_its_own_agent_is_not_rewritten():
+    cfg = compose_config(["task=eval", "experiment=rlft_bandit", "agent=llm"])
+    assert cfg.agent.cot is True and cfg.agent.invalid_penalty == -5.0
+
+
+def test_the_users_settings_win_over_the_expanded_preset():
+    cfg = compose_config(["task=eval", "experiment=rlft_bandit", "agent=random", "env.arms=7", "env=bandit"])
+    assert cfg.env.arms == 7 and cfg.env.horizon == 20
+
+
+def test_a_sweep_over_agents_the_preset_fits_differently_is_refused():
+    with pytest.raises(ConfigError, match="sweep them separately"):
+        preset_for_agent(["experiment=rlft_bandit", "agent=llm,random"], CONF_DIR, CONFIG_GROUPS)
+    same = preset_for_agent(["experiment=rlft_bandit", "agent=random,planner"], CONF_DIR, CONFIG_GROUPS)
+    assert "env.arms=5" in same and "agent=random,planner" in same and not any("cot" in o for o in same)
+
+
+def test_eval_of_a_preset_with_the_random_agent_through_the_cli(tmp_path):
+    run = tmp_path / "run"
+    args = ["eval", "experiment=rlft_bandit", "agent=random", "eval.episodes=2", f"hydra.run.dir={run}"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    saved = OmegaConf.load(run / ".hydra" / "config.yaml")
+    assert (saved.env.name, saved.env.arms, saved.env.horizon, saved.agent.name) == (
+        "bandit",
+        5,
+        20,
+        "random",
+    )
+    assert (run / "eval.json").is_file()

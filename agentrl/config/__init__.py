@@ -25,6 +25,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 from omegaconf.nodes import BooleanNode, FloatNode, IntegerNode, StringNode
 
+from agentrl.config.presets import preset_for_agent
 from agentrl.config.schema import (
     ROOT_SCHEMA_NAME,
     SCHEMAS,
@@ -83,7 +84,7 @@ def group_options(group: str) -> list[str]:
 def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     """Compose conf/config.yaml with `overrides` and validate every group against its schema; raise
     ConfigError with a one-line message. Returns the DictConfig (typed by the schemas)."""
-    overrides = list(overrides)
+    overrides = preset_for_agent(list(overrides), CONF_DIR, CONFIG_GROUPS)
     _check_groups(overrides)
     GlobalHydra.instance().clear()
     try:
