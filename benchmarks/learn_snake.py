@@ -53,6 +53,17 @@ LABELS = {
 }
 
 
+def save_run_config(run_dir: Path, cfg: Any, overrides: list[str]) -> None:
+    """`.hydra/config.yaml` and `overrides.yaml` as the runner writes them, so the trained model's
+    directory is a training run for `agentrl eval from_run=<out>/llm` (the transfer and Poison Apple
+    presets evaluate it with its own agent settings)."""
+    from omegaconf import OmegaConf
+
+    (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
+    OmegaConf.save(OmegaConf.create(list(overrides)), run_dir / ".hydra" / "overrides.yaml")
+
+
 def peak_rss_gb() -> float:
     """This process's peak resident set so far (Linux: ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
@@ -225,6 +236,7 @@ def run(args: argparse.Namespace) -> Path:
     gc.collect()
 
     # -- MS-GRPO training, then the same eval (train_llm runs it) --
+    save_run_config(out / "llm", cfg, overrides)
     start = time.perf_counter()
     trained = train_llm(cfg, out / "llm")
     wall = time.perf_counter() - start

@@ -157,6 +157,29 @@ def test_snake_learn_trains_one_iteration_with_the_tiny_model(run_dir):
     assert json.loads((run_dir / "eval.json").read_text())["episodes"] == 2
 
 
+def test_the_benchmarks_trained_model_is_a_run_the_transfer_presets_evaluate(tmp_path):
+    """benchmarks/learn_snake.py writes the run's .hydra/ beside its trained model: `agentrl eval
+    experiment=transfer_snake_to_frozenlake from_run=<out>/llm` plays that model with its own prefill."""
+    import importlib.util
+
+    from agentrl.run import trained_model
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "learn_snake.py"
+    spec = importlib.util.spec_from_file_location("learn_snake", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    overrides = ["task=train", "algo=msgrpo", "experiment=snake_learn", "model=tiny-random", "seed=0"]
+    llm = tmp_path / "llm"
+    bench.save_run_config(llm, compose_config(overrides), overrides)
+    (llm / "final").mkdir()
+    (llm / "final" / "config.json").write_text("{}")  # a dry run never loads the weights
+    assert trained_model(llm).path == llm / "final"
+    args = ["eval", "experiment=transfer_snake_to_frozenlake", f"from_run={llm}", "--dry-run"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "frozenlake" in result.output and "prefill='The snake moves'" in result.output
+
+
 if __name__ == "__main__":  # the subprocess of _measure
     budget_arg, tmp_arg, rows_arg = int(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     print(json.dumps(snake_update_growth(budget_arg or None, tmp_arg, rows_arg)))
