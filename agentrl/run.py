@@ -81,7 +81,10 @@ def check_job(overrides: list[str]) -> DictConfig:
         raise ConfigError(f"resume={cfg.resume}: continues one training run: agentrl train resume=<run dir>")
     if cfg.task == "train" and cfg.get("from_run") is not None:
         raise ConfigError(f"from_run={cfg.from_run}: is for eval (agentrl eval from_run=<run dir>)")
-    if cfg.get("from_run_env") is not None and (cfg.task != "eval" or cfg.get("from_run") is None):
+    # A transfer preset without a run would quietly evaluate the base LLM; a baseline agent (random,
+    # planner, ...) has no run to transfer, and plays the preset's env as the floor of its table.
+    baseline = cfg.task == "eval" and cfg.agent.name != "llm"
+    if cfg.get("from_run_env") is not None and cfg.get("from_run") is None and not baseline:
         raise ConfigError(
             f"from_run_env={cfg.from_run_env}: evaluates a trained run on another env; give the run: "
             "agentrl eval from_run=<run dir> (with this preset or from_run_env=<env>)"

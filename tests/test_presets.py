@@ -104,6 +104,8 @@ def test_dry_run_errors_are_one_line_exit_2(snake_run):
     assert bad.exit_code == 2 and "unknown config key 'algo.nope'" in bad.output
     alone = runner.invoke(app, ["eval", "experiment=poison_apple", "--dry-run"])
     assert alone.exit_code == 2 and "from_run_env=snake_poison" in alone.output
+    trains = runner.invoke(app, ["train", "from_run_env=snake", "model=tiny-random", "--dry-run"])
+    assert trains.exit_code == 2 and "from_run_env=snake" in trains.output
     wrong = runner.invoke(app, ["eval", f"from_run={snake_run}", "from_run_env=lake", "--dry-run"])
     assert wrong.exit_code == 2 and "unknown from_run_env 'lake'" in wrong.output
 
@@ -116,6 +118,7 @@ def test_sweep_of_a_training_preset_trains():
 
 # ---- a preset with a baseline agent ---------------------------------------------------------------
 EVAL_PRESETS = [name for name in PRESETS if not _preset(name).get("from_run_env")]
+TRANSFER_PRESETS = [name for name in PRESETS if _preset(name).get("from_run_env")]
 
 
 @pytest.mark.parametrize("agent", ["random", "planner"])
@@ -159,3 +162,16 @@ def test_eval_of_a_preset_with_the_random_agent_through_the_cli(tmp_path):
         "random",
     )
     assert (run / "eval.json").is_file()
+
+
+@pytest.mark.parametrize("name", TRANSFER_PRESETS)
+def test_a_transfer_preset_with_a_baseline_agent_plays_its_env(name, tmp_path):
+    """The floor of a transfer table: `agentrl eval experiment=poison_apple agent=random` has no run
+    to transfer and plays the preset's env (the LLM agent without from_run= is refused above)."""
+    run = tmp_path / "run"
+    result = runner.invoke(
+        app, ["eval", f"experiment={name}", "agent=random", "eval.episodes=2", f"hydra.run.dir={run}"]
+    )
+    assert result.exit_code == 0, result.output
+    saved = OmegaConf.load(run / ".hydra" / "config.yaml")
+    assert saved.env.name == _preset(name)["from_run_env"] and saved.agent.name == "random"
