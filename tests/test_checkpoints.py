@@ -95,7 +95,16 @@ def test_a_stop_signal_raises_with_its_exit_code_and_handlers_are_restored():
     assert pickle.loads(pickle.dumps(caught.value)).exit_code == 143  # multirun launchers pickle it
 
 
-def test_a_held_signal_waits_for_release_and_repeats_are_handled():
+@pytest.fixture
+def terminal_sigint():
+    """SIGINT as in a terminal (Python's KeyboardInterrupt handler): a test process started in the
+    background, or a pytest-xdist worker, may inherit it ignored, and an ignored SIGINT stays ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_held_signal_waits_for_release_and_repeats_are_handled(terminal_sigint):
     with StopSignals() as stop:
         stop.hold()
         _deliver(signal.SIGUSR1)  # SLURM's --signal=USR1@60
