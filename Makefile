@@ -21,8 +21,8 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist; a test module stays on one worker, so its
-# module fixtures load once), each with one torch thread: two threads per worker on a 2-core machine
-# oversubscribe the cores and slow the training tests down several times. TEST_WORKERS=0 runs serially.
+# module fixtures load once), each with one torch thread so that the workers do not oversubscribe a
+# 2-core machine's cores. TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 2
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope

@@ -27,8 +27,9 @@ log = logging.getLogger(__name__)
 
 
 def preset_for_agent(overrides: list[str], conf_dir: Path, groups: tuple[str, ...]) -> list[str]:
-    """`overrides` with `experiment=X` replaced by X's settings, minus the agent keys that the chosen
-    `agent=` option's schema lacks, when there are such keys; otherwise `overrides` unchanged. A sweep
+    """`overrides` with `experiment=X` replaced by X's settings, minus its algo and the agent keys that
+    the chosen `agent=` option's schema lacks, when there are such keys; otherwise `overrides`
+    unchanged (the command line's own settings win over the preset's). A sweep
     over agents (`agent=random,planner`) is expanded when every agent lacks the same keys."""
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
