@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from agentrl import distributed as dist
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.config import CONF_DIR, CONFIG_GROUPS, compose_config, split_sweep
-from agentrl.config.presets import preset_for_agent
+from agentrl.config.presets import flatten, override_text, preset_for_agent
 from agentrl.errors import AgentRLError, ConfigError, RunDirError
 from agentrl.rundir import (
     STATUS_FILE,
@@ -216,44 +216,18 @@ def _kept_settings(run: SavedRun) -> list[str]:
         node = run.config.get(group)
         if not isinstance(node, DictConfig):
             continue
-        values = _flat(OmegaConf.to_container(node, resolve=True))
+        values = flatten(OmegaConf.to_container(node, resolve=True))
         option = str(node.get("name"))
         defaults: dict[str, Any] = {}
         if option in group_options(group):
             kept.append(f"{group}={option}")
-            defaults = _flat(OmegaConf.to_container(option_config(group, option), resolve=True))
+            defaults = flatten(OmegaConf.to_container(option_config(group, option), resolve=True))
         kept += [
-            f"{group}.{key}={_override_text(value)}"
+            f"{group}.{key}={override_text(value)}"
             for key, value in values.items()
             if key not in defaults or defaults[key] != value
         ]
     return kept
-
-
-def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested mapping as {dotted key: leaf value}; an empty mapping is a leaf."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _override_text(value: Any) -> str:
-    """A config value as Hydra override text."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_override_text(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{_override_text(v)}" for k, v in value.items()) + "}"
-    return quote(value)
 
 
 def _transfer_env(overrides: list[str]) -> str | None:
@@ -556,7 +530,7 @@ def plan_lines(plan: Plan) -> list[str]:
     lines = [f"dry run: agentrl {plan.task} (config checked; no model loaded, no run directory created)"]
 
     def settings(node: Any, skip: tuple[str, ...] = ("name",)) -> str:
-        values = _flat(OmegaConf.to_container(node, resolve=True))
+        values = flatten(OmegaConf.to_container(node, resolve=True))
         return ", ".join(f"{k}={_shown(v)}" for k, v in values.items() if k not in skip)
 
     lines.append(f"  env    {cfg.env.name}: {settings(cfg.env)}")

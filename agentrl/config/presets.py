@@ -44,7 +44,7 @@ def preset_for_agent(overrides: list[str], conf_dir: Path, groups: tuple[str, ..
     if not path.is_file() or any(a not in SCHEMAS["agent"] for a in agents):
         return overrides  # unknown names: compose_config names the valid choices
     preset: dict[str, Any] = OmegaConf.to_container(OmegaConf.load(path), resolve=False)  # type: ignore[assignment]
-    settings = _flatten({k: v for k, v in preset.items() if k not in ("defaults", "algo")})
+    settings = flatten({k: v for k, v in preset.items() if k not in ("defaults", "algo")})
     lacking = {a: tuple(k for k in settings if _lacks(a, k)) for a in agents}
     if not any(lacking.values()):
         return overrides
@@ -60,7 +60,9 @@ def preset_for_agent(overrides: list[str], conf_dir: Path, groups: tuple[str, ..
         for group, choice in _group_choices(preset, groups)
         if group not in user_keys and group != "algo"
     ]
-    expanded += [f"{k}={_text(v)}" for k, v in settings.items() if k not in dropped and k not in user_keys]
+    expanded += [
+        f"{k}={override_text(v)}" for k, v in settings.items() if k not in dropped and k not in user_keys
+    ]
     log.info(
         "experiment=%s sets %s for the LLM agent; agent=%s has no such keys, so the preset applies "
         "without them and without its algo settings: %s",
@@ -107,28 +109,29 @@ def _group_choices(preset: dict[str, Any], groups: tuple[str, ...]) -> list[tupl
     return choices
 
 
-def _flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as {dotted key: leaf value}; an empty mapping is a leaf."""
     flat: dict[str, Any] = {}
     for key, value in node.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, dict) and value:
-            flat.update(_flatten(value, dotted))
+            flat.update(flatten(value, dotted))
         else:
             flat[dotted] = value
     return flat
 
 
-def _text(value: Any) -> str:
-    """A YAML value as Hydra override text."""
+def override_text(value: Any) -> str:
+    """A config value as Hydra override text (strings single-quoted: paths may hold `=`, `,` or spaces)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    if isinstance(value, list):
-        return "[" + ",".join(_text(v) for v in value) + "]"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(override_text(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{_text(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(f"{k}:{override_text(v)}" for k, v in value.items()) + "}"
     text = str(value).replace("\\", "\\\\").replace("'", "\\'")
     return f"'{text}'"
