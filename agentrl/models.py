@@ -79,7 +79,8 @@ def resolve_device(device: str | None = "auto") -> str:
 
 
 def resolve_dtype(dtype: str | None, device: str) -> Any:
-    """ "auto" -> bf16 on CUDA, fp32 elsewhere (CPU bf16 matmuls are slow and lossy); or a dtype name."""
+    """ "auto" -> bf16 on CUDA, fp32 elsewhere (a CPU runs bf16 fast only with AMX or AVX512-BF16, and bf16's
+    rounding can change greedy answers: `model.dtype=bfloat16` opts in); or a dtype name."""
     import torch
 
     if dtype in (None, "", "auto"):

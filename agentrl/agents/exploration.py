@@ -159,6 +159,10 @@ class ExplorationWrapper(Agent):
         """The wrapped agent's `configured(...)` view (an LLM's sampling/penalty view), wrapped alike."""
         return self.rewrap(self.inner.configured(**kwargs))
 
+    def with_backend(self, backend: Any) -> ExplorationWrapper:
+        """The wrapped agent generating through another backend, wrapped alike."""
+        return self.rewrap(self.inner.with_backend(backend))
+
 
 class TryAll(ExplorationWrapper):
     """Try every action once at the start of an episode (see the module doc)."""

@@ -319,6 +319,17 @@ class LLMAgent(Agent):
             score_normalization=self.score_normalization,
         )
 
+    def with_backend(self, backend: Backend) -> LLMAgent:
+        """The same policy (interface, sampling, decision) generating through `backend`: training rollouts
+        from vLLM or from a copy of the model in another dtype."""
+        return LLMAgent(
+            self.interface,
+            backend,
+            self.sampling,
+            decision=self.decision,
+            score_normalization=self.score_normalization,
+        )
+
     @property
     def tokenizer(self) -> Any:
         return self.backend.tokenizer

@@ -763,6 +763,13 @@ class LLMAlgoConfig(Schema):
         "bf16's resolution are lost) | auto: bf16-mixed on CUDA, fp32 on CPU",
         choices=("auto", "fp32", "bf16-mixed", "bf16-pure"),
     )
+    rollout_dtype: str | None = setting(
+        None,
+        "null: the trained weights generate the rollouts; bfloat16 | float16: a copy in that dtype does, "
+        "re-synced before every rollout, and the update corrects for its numerics with TRL's importance "
+        "ratio (bf16 generation is several times faster on GPUs and on CPUs with AMX; model.backend=hf)",
+        choices=(None, "bfloat16", "float16"),
+    )
     shared_prefix: bool = setting(True, "run each distinct prompt once per batch (rollout and update; exact)")
     trainable_layers: int | None = setting(
         None, "full FT of only the top N decoder layers (+ final norm); null or 0: all", ge=0

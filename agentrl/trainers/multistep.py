@@ -1081,6 +1081,8 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     )
     if model_cfg.backend == "vllm":
         train_agent = vllm_rollouts(trainer, train_agent, algo, model_cfg, tokenizer)
+    elif algo.rollout_dtype:
+        train_agent = copy_rollouts(trainer, train_agent, model, algo, dtype)
     trainer.remove_callback(PrinterCallback)  # the progress bar and metrics.jsonl replace its prints
     trainer.remove_callback(ProgressCallback)
     pending: dict[str, Any] = {}
@@ -1152,6 +1154,36 @@ def vllm_rollouts(trainer: MultiStepTrainer, agent: Any, algo: Any, model_cfg: A
     )
     trainer.rollout_backend = TRLVLLMBackend(generation, tokenizer)
     return training_view(agent, trainer.rollout_backend)
+
+
+def copy_rollouts(trainer: MultiStepTrainer, agent: Any, model: Any, algo: Any, weights_dtype: str) -> Any:
+    """`agent` generating through a copy of `model` in `algo.rollout_dtype` (agents/backends/hf.py
+    `HFCopyBackend`), which the trainer syncs before every rollout and corrects for with importance
+    sampling, as for vLLM; `trainer.rollout_backend` is set."""
+    import torch
+
+    from agentrl.agents.backends.hf import HFCopyBackend
+
+    if getattr(agent, "decision", "generate") == "score":
+        raise ConfigError(
+            "algo.rollout_dtype: agent.decision=score (TWOSOME) scores every valid action with the trained "
+            "model; the copy only generates. Leave algo.rollout_dtype null"
+        )
+    if algo.rollout_dtype == weights_dtype:
+        raise ConfigError(
+            f"algo.rollout_dtype={algo.rollout_dtype}: the trained weights are already {weights_dtype} "
+            "(algo.precision=bf16-pure or a LoRA base); leave algo.rollout_dtype null"
+        )
+    backend = HFCopyBackend(
+        model,
+        agent.backend.tokenizer,
+        getattr(torch, algo.rollout_dtype),
+        prefix_cache=agent.backend.prefix_cache,
+        share_prompts=agent.backend.share_prompts,
+    )
+    log.info("Rollouts: a %s copy of the policy, synced before every rollout", algo.rollout_dtype)
+    trainer.rollout_backend = backend
+    return agent.with_backend(backend)
 
 
 def _save_on_stop(

@@ -7,6 +7,9 @@
   The KV states of the prompts' shared head (chat template + instructions) are computed once and
   reused (prefix caching), so each call prefills only what differs between rows. With
   `share_prompts`, identical prompts in a batch are also prefilled once (training rollouts).
+- `HFCopyBackend` (hf.py) — training rollouts with `algo.rollout_dtype`: the HF path on a copy of the
+  trained model in bf16 (or fp16), synced before every rollout, with TRL's importance-sampling
+  correction in the loss, as for vLLM.
 - `OpenAIBackend` — any OpenAI-compatible chat-completions endpoint over HTTP (stdlib urllib). It takes
   chat messages, not token ids (`chat_input = True`); ids come from a tokenizer if one is configured.
   A request waits `model.timeout` seconds and is retried `model.max_retries` times (connection errors,
@@ -24,7 +27,7 @@ import dataclasses
 from typing import Any
 
 from agentrl.agents.backends.base import BACKENDS, Backend, Completion, SamplingConfig
-from agentrl.agents.backends.hf import HFBackend
+from agentrl.agents.backends.hf import HFBackend, HFCopyBackend
 from agentrl.agents.backends.openai import OpenAIBackend
 from agentrl.agents.backends.vllm import VLLMBackend
 from agentrl.errors import UnknownChoiceError
@@ -84,6 +87,7 @@ __all__ = [
     "Backend",
     "Completion",
     "HFBackend",
+    "HFCopyBackend",
     "OpenAIBackend",
     "SamplingConfig",
     "VLLMBackend",

@@ -387,3 +387,73 @@ class HFBackend(Backend):
             end = self._completion_length(row, sampling.stop)
             results.append((row[:end], lps[:end]))
         return results
+
+
+class HFCopyBackend(HFBackend):
+    """Training rollouts from a copy of the trained model in another dtype (`algo.rollout_dtype`).
+
+    The trainer keeps fp32 weights (algo.precision fp32 or bf16-mixed), and generation with them runs in
+    fp32. A bf16 forward is several times faster on a GPU and on a CPU with AMX or AVX512-BF16, and
+    autocast does not recover that for generation: it re-casts every weight at every decoded token. So a
+    bf16 copy generates, refreshed from the trained weights before every rollout (`sync_weights`, a
+    parameter-wise copy), and the update corrects for the copy's numerics with TRL's importance-sampling
+    ratio, as for rollouts from vLLM. Generation with a stale copy is refused: between an optimizer step
+    (`weights_changed`) and the next sync, the copy still holds the previous weights.
+    """
+
+    name = "hf-copy"
+
+    def __init__(
+        self,
+        source: Any,
+        tokenizer: Any,
+        dtype: Any,
+        *,
+        prefix_cache: bool = True,
+        share_prompts: bool = False,
+    ):
+        import copy
+
+        if is_sharded(source):
+            raise BackendError(
+                "algo.rollout_dtype: the trained model is sharded (ZeRO-3/FSDP), so no process holds a whole "
+                "copy to generate with; leave algo.rollout_dtype null"
+            )
+        engine = copy.deepcopy(source).to(dtype)
+        engine.requires_grad_(False)
+        engine.eval()
+        super().__init__(engine, tokenizer, prefix_cache=prefix_cache, share_prompts=share_prompts)
+        self.source = source
+        self.synced = False
+        self.synced_step: int | None = None
+        self.sync_count = 0
+
+    def sync_weights(self, step: int | None = None) -> None:
+        """Copy the trained weights (cast to the copy's dtype) into the copy. `step`: the trainer's
+        `state.global_step`, kept in `synced_step`."""
+        import torch
+
+        with torch.no_grad():
+            pairs = zip(
+                [*self.model.parameters(), *self.model.buffers()],
+                [*self.source.parameters(), *self.source.buffers()],
+                strict=True,
+            )
+            for copy_tensor, trained in pairs:
+                copy_tensor.copy_(trained)
+        super().weights_changed()  # the copy's kept prefix states and one-token logits are stale
+        self.synced, self.synced_step = True, step
+        self.sync_count += 1
+
+    def weights_changed(self) -> None:
+        """The trained weights moved (an optimizer step): the copy is stale until the next sync."""
+        self.synced = False
+
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingConfig, *, seed: int | None = None
+    ) -> list[Completion]:
+        if not self.synced:
+            raise BackendError(
+                "the rollout copy does not hold the current trained weights: call sync_weights() first"
+            )
+        return super().generate(prompts, sampling, seed=seed)

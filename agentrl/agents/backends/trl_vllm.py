@@ -392,24 +392,16 @@ def _sampled_logprobs(ids: list[int], logprobs: Any, token_ids: Any) -> list[flo
 
 
 def training_view(agent: Any, backend: TRLVLLMBackend) -> Any:
-    """The same LLM agent (interface, sampling) generating through `backend` (an `LLMAgent`); raises
+    """The same LLM agent (interface, sampling, exploration wrappers) generating through `backend`; raises
     BackendError for `agent.decision=score` (TWOSOME scores every valid action with the model's logits in
     this process) and when the agent's sampling is not the engine's."""
-    from agentrl.agents.llm import LLMAgent
-
     if getattr(agent, "decision", "generate") == "score":
         raise BackendError(
             "agent.decision=score (TWOSOME) scores every valid action with the model in this process; training "
             "rollouts through vLLM only generate: train it with model.backend=hf"
         )
     backend.check_sampling(agent.effective_sampling())
-    return LLMAgent(
-        agent.interface,
-        backend,
-        agent.sampling,
-        decision=agent.decision,
-        score_normalization=agent.score_normalization,
-    )
+    return agent.with_backend(backend)
 
 
 # ---- TRL's importance-sampling correction --------------------------------------------------------------
