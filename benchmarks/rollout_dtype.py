@@ -37,10 +37,11 @@ from agentrl.rollout import rollout
 
 def train_logps(model, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> list[float]:
     """log_softmax(logits / T) of the completion tokens under `model` (the trainer's old log-probs)."""
-    ids = torch.tensor([prompt_ids + completion_ids])
+    ids = torch.tensor([prompt_ids + completion_ids], device=model.device)
     with torch.no_grad():
         logits = model(ids).logits[0, len(prompt_ids) - 1 : -1].float() / temperature
-    return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion_ids)[:, None]).squeeze(1).tolist()
+    targets = torch.tensor(completion_ids, device=model.device)[:, None]
+    return torch.log_softmax(logits, -1).gather(1, targets).squeeze(1).tolist()
 
 
 def main() -> None:
@@ -58,17 +59,25 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0, help="rollout temperature (the preset's)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="where the model runs"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    overrides = [f"experiment={args.experiment}", f"agent.sampling.temperature={args.temperature}"]
+    # fp32 weights, as the trainer holds them under fp32 and bf16-mixed (model.dtype's "auto" is bf16 on CUDA)
+    overrides = [
+        f"experiment={args.experiment}",
+        f"agent.sampling.temperature={args.temperature}",
+        "model.dtype=float32",
+    ]
     if args.model:
         overrides.append(f"model={args.model}")
     if args.horizon:
         overrides.append(f"env.horizon={args.horizon}")
     cfg = compose_config(overrides)
-    model, tokenizer = load_model(cfg.model, device="cpu")
+    model, tokenizer = load_model(cfg.model, device=args.device)
     fp32 = build_llm_agent(cfg, model=model, tokenizer=tokenizer, share_prompts=True)
     copy_backend = HFCopyBackend(model, tokenizer, torch.bfloat16, share_prompts=True)
     bf16 = fp32.with_backend(copy_backend)
@@ -110,6 +119,7 @@ def main() -> None:
         "episodes": args.episodes,
         "steps_per_rollout": steps,
         "threads": args.threads,
+        "device": args.device,
         "seconds": times,
         "median_s": {"fp32": fp32_s, "bf16_copy": bf16_s},
         "speedup": fp32_s / bf16_s,

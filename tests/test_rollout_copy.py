@@ -192,3 +192,27 @@ def test_settings_the_copy_cannot_serve_are_refused(tmp_path, algo, extra, messa
     cfg = _train_cfg("algo.rollout_dtype=bfloat16", extra, algo=algo)
     with pytest.raises(ConfigError, match=message):
         train_llm(cfg, tmp_path)
+
+
+def test_rollout_dtype_benchmark_compares_the_two_dtypes(tmp_path, monkeypatch):
+    """benchmarks/rollout_dtype.py on the tiny model: both arms play the same steps, every bf16 row is
+    compared with the fp32 weights, and the gap is small but not zero (the copy really is bf16)."""
+    import json
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "rollout_dtype.py"
+    out = tmp_path / "rollout_dtype.json"
+    argv = [str(script), "--model", "tiny-random", "--horizon", "2", "--episodes", "2", "--repeats", "1"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--threads", "1", "--device", "cpu", "--out", str(out)])
+    threads = torch.get_num_threads()
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)  # the script sets the process's thread count
+    result = json.loads(out.read_text())
+    assert result["steps_per_rollout"] == {"fp32": 4, "bf16_copy": 4}
+    assert result["rows"] == 4
+    assert 0.0 < result["mean_abs_logp_difference"] < 0.05
+    assert result["rows_outside_ratio_bounds"] == 0
