@@ -44,6 +44,9 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
         "return_stderr": _stderr(returns),
         "mean_length": steps / n if n else 0.0,
         "invalid_rate": sum(e.invalid_count for e in episodes) / steps if steps else 0.0,
+        # valid actions the lenient parser read from answers without a usable answer tag: a model that
+        # learns to end any text with an action name, rather than the requested format, shows here
+        "untagged_rate": sum(e.untagged_count for e in episodes) / steps if steps else 0.0,
     }
     extra_keys = sorted({k for e in episodes for k in e.final_info.get("episode_metrics", {})})
     for key in extra_keys:

@@ -129,6 +129,7 @@ def _lockstep(make_env, agent, seeds, group_ids, indices, agent_seed, stats, res
                     reward=float(env_reward) + float(decision.penalty),
                     env_reward=float(env_reward),
                     generation=decision.generation,
+                    untagged=decision.untagged,
                 )
             )
             stats.steps += 1

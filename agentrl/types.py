@@ -47,6 +47,8 @@ class Decision:
     #: free-text envs (`TextEnv.free_text_action`): the answer text the env executes instead of `action`
     #: ("" when none could be extracted); None: execute the action index
     text: str | None = None
+    #: the action was read by the lenient fallback from a free-text answer without a usable answer tag
+    untagged: bool = False
 
 
 @dataclass
@@ -72,6 +74,7 @@ class Step:
     reward: float  # env reward + penalty: what training credits
     env_reward: float
     generation: Generation | None = None
+    untagged: bool = False  # Decision.untagged
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -110,6 +113,10 @@ class Episode:
     @property
     def invalid_count(self) -> int:
         return sum(not s.valid for s in self.steps)
+
+    @property
+    def untagged_count(self) -> int:
+        return sum(s.untagged for s in self.steps)
 
     def summary(self) -> dict[str, Any]:
         """One JSON line for episodes.jsonl."""

@@ -2,7 +2,7 @@
 RLFT-trained model, UCB1 and a random agent, all on the same held-out episodes (the eval seeds of
 `--seed`), CPU, the embedded SmolLM2-135M (docs/algorithms.md#rlft; Schmied et al., arXiv 2504.16078).
 
-Runs, one after another, each through the runner itself (`python -m agentrl.cli`), one torch thread:
+Runs, one after another, each through the runner itself (`python -m agentrl.cli`), `--threads` torch threads (default 1):
 
 1. `eval agent=random` and `eval agent=planner` (UCB1 on a bandit) on the preset's bandit (its `env:`
    block, read from agentrl/conf/experiment/rlft_bandit.yaml, so all four agents play the same task);

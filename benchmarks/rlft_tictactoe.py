@@ -3,7 +3,7 @@ MCTS opponent, before and after RLFT (`experiment=rlft_tictactoe`, trained again
 on the same held-out games (the eval seeds of `--seed`), CPU (docs/algorithms.md#rlft; Schmied et al.,
 arXiv 2504.16078).
 
-Runs, one after another, each through the runner itself (`python -m agentrl.cli`), one torch thread:
+Runs, one after another, each through the runner itself (`python -m agentrl.cli`), `--threads` torch threads (default 1):
 
 1. `eval experiment=rlft_tictactoe` against `env.opponent=random` and `env.opponent=mcts` (the base model,
    greedy, with rationales: `base_random/`, `base_mcts/`);

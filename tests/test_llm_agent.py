@@ -29,6 +29,7 @@ from agentrl.config import compose_config
 from agentrl.envs import make_env
 from agentrl.envs.base import TextEnv
 from agentrl.errors import ConfigError, UnknownChoiceError
+from agentrl.evaluation import episode_metrics
 from agentrl.models import load_model
 from agentrl.rollout import rollout
 from agentrl.types import Step, StepContext
@@ -100,8 +101,9 @@ ACTIONS = st.lists(
 def test_parse_never_raises_and_returns_a_valid_action(text, valid, lenient, cot):
     # the inner parser, not `parse`: its catch-all must never be what keeps a rollout alive
     interface = TextInterface(lenient=lenient, cot=cot)
-    result = interface._parse(text, valid)
+    result, tagged = interface._parse(text, valid)
     assert result is None or result in valid
+    assert isinstance(tagged, bool) and not (tagged and result is None)
 
 
 @settings(max_examples=300, deadline=None)
@@ -144,6 +146,30 @@ def test_parse_finds_a_tagged_valid_action(valid, pick, before, after, upper, le
 )
 def test_parse_cases(text, lenient, expected):
     assert TextInterface(lenient=lenient).parse(text, ["left", "right"]) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "prefill", "expected"),
+    [
+        ("<think>go</think><action>right</action>", "", ("right", False)),
+        ("<action>move right</action>", "", ("right", False)),  # inside a tag: the format was followed
+        ("1. Now you have 8 cells. Go right", "", ("right", True)),  # only the lenient fallback read it
+        ("right", "Move:", ("right", False)),  # a prefilled one-token answer is the requested format
+        ("nothing usable", "", (None, False)),
+    ],
+)
+def test_parse_answer_marks_untagged_answers(text, prefill, expected):
+    assert TextInterface(prefill=prefill).parse_answer(text, ["left", "right"]) == expected
+
+
+def test_untagged_answers_are_counted_in_the_eval_metrics(tiny):
+    _, tokenizer = tiny
+    answers = ["<action>right</action>", "so right"]  # the second only the lenient parser reads
+    agent = LLMAgent(TextInterface(), ScriptedBackend(tokenizer, answers))
+    episodes = rollout(lambda: Corridor(length=9, max_steps=4), agent, seeds=[0])
+    assert [s.untagged for s in episodes[0].steps] == [False, True, False, True]
+    metrics = episode_metrics(episodes)
+    assert metrics["invalid_rate"] == 0.0 and metrics["untagged_rate"] == 0.5
 
 
 def test_parse_answer_tag_option():

@@ -173,15 +173,22 @@ class TextInterface:
     # ---- parsing -----------------------------------------------------------------------------------
     def parse(self, text: str, valid_actions: list[str]) -> str | None:
         """The valid action named by `text`, or None. Never raises."""
+        return self.parse_answer(text, valid_actions)[0]
+
+    def parse_answer(self, text: str, valid_actions: list[str]) -> tuple[str | None, bool]:
+        """(the valid action named by `text` or None, whether only the lenient fallback found it: no
+        tagged answer named it, and the answer is free text rather than a prefilled one). Never raises."""
         try:
-            return self._parse(str(text)[-_MAX_PARSE_CHARS:], list(valid_actions))
+            name, tagged = self._parse(str(text)[-_MAX_PARSE_CHARS:], list(valid_actions))
         except Exception:  # a parser bug must not crash a rollout: count it as an invalid answer
             log.debug("parse failed on %r", text, exc_info=True)
-            return None
+            return None, False
+        return name, name is not None and not tagged and not self.prefill
 
-    def _parse(self, text: str, valid_actions: list[str]) -> str | None:
+    def _parse(self, text: str, valid_actions: list[str]) -> tuple[str | None, bool]:
+        """(action name or None, whether it came from a tagged answer)."""
         if not valid_actions:
-            return None
+            return None, False
         by_lower = {a.lower(): a for a in valid_actions}
         answers = [m.group(1) for m in self._tagged.finditer(text)]
         tail = self._open_tail.search(text)
@@ -190,20 +197,20 @@ class TextInterface:
         for answer in reversed(answers):  # the last answer counts
             name = by_lower.get(answer.strip(_STRIP_CHARS).lower())
             if name is not None:
-                return name
+                return name, True
         if not self.lenient:
-            return None
+            return None, False
         # Lenient: a tagged answer that names exactly one valid action ("<action>move right</action>"),
         # else the last valid action named anywhere after the reasoning.
         for answer in reversed(answers):
             named = {m for m in _mentions(answer, valid_actions)}
             if len(named) == 1:
-                return named.pop()
+                return named.pop(), True
         visible = self._think.sub(" ", text)
         if "<think>" in visible.lower():  # reasoning never closed: everything is reasoning
-            return None
+            return None, False
         mentions = _mentions(visible, valid_actions)
-        return mentions[-1] if mentions else None
+        return (mentions[-1] if mentions else None), False
 
     def extract_text(self, text: str) -> str | None:
         """A free-text env's answer in a completion (module docstring), or None. Never raises."""
@@ -374,7 +381,9 @@ class LLMAgent(Agent):
                 decision = self.interface.decide_text(ctx, self.interface.extract_text(answer))
             else:
                 valid = ctx.info.get("valid_actions") or ctx.env.valid_actions()
-                decision = self.interface.decide(ctx, self.interface.parse(answer, valid))
+                name, untagged = self.interface.parse_answer(answer, valid)
+                decision = self.interface.decide(ctx, name)
+                decision.untagged = untagged
             decision.generation = Generation(
                 prompt_text=text,
                 completion_text=completion_text,

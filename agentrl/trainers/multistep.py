@@ -130,6 +130,7 @@ def rollout_metrics(episodes: list[Episode], advantages: list[float]) -> dict[st
         "train/mean_return": sum(e.episode_return for e in episodes) / n,
         "train/mean_length": steps / n,
         "train/invalid_rate": sum(e.invalid_count for e in episodes) / max(steps, 1),
+        "train/untagged_rate": sum(e.untagged_count for e in episodes) / max(steps, 1),
         "train/episodes": len(episodes),
         "advantage/mean": float(adv.mean()),
         "advantage/std": float(adv.std()),
