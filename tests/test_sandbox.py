@@ -1,16 +1,23 @@
-"""agentrl.sandbox: every limit and refusal gives a failed result with a clear reason, nothing escapes the
-sandbox directory, and correct code returns its value."""
+"""agentrl.sandbox: every limit and refusal gives a failed result with a clear reason, correct code returns
+its value, the first filter (static check, the child's own checks) gives its clear reasons, and a machine
+without the OS sandbox refuses with one line. tests/test_sandbox_escapes.py attacks the OS boundary."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 
+import numpy as np
 import pytest
 
-from agentrl.sandbox import SandboxLimits, check_code, run_function
+from agentrl import sandbox
+from agentrl.sandbox import SandboxLimits, check_code, run_function, sandbox_problem
 
 FAST = SandboxLimits(timeout_s=20, memory_mb=1024)
+NO_SANDBOX = sandbox_problem()
+needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox here: {NO_SANDBOX}")
+#: the modes this machine can run (unsafe-local always)
+MODES = [pytest.param("bwrap", marks=needs_sandbox), "unsafe-local"]
 
 
 @pytest.fixture(autouse=True)
@@ -33,18 +40,49 @@ def test_a_correct_function_returns_its_value():
     assert 0 < result.elapsed < 20
 
 
-def test_numpy_code_runs_and_may_use_its_own_directory():
+@pytest.mark.parametrize("mode", MODES)
+def test_numpy_code_runs_and_may_use_its_own_directory(mode):
     code = (
         "import numpy as np\nimport random\n\n"
         "def f():\n"
         "    np.save('local.npy', np.arange(4))\n"
         "    return [float(np.load('local.npy').sum()), random._os.getcwd()]\n"
     )
-    result = run_function(code, "f", limits=FAST, static_check=False)  # random._os: to see the directory
+    # random._os: to see the directory
+    result = run_function(code, "f", limits=FAST, static_check=False, mode=mode)
     assert result.ok, result.reason
     total, workdir = result.value
-    assert total == 6.0 and os.path.basename(workdir).startswith("agentrl-sandbox-")
-    assert not os.path.exists(workdir)  # removed afterwards
+    assert total == 6.0
+    if mode == "bwrap":
+        assert workdir == "/sandbox"  # a tmpfs of the sandbox's own
+    else:
+        assert os.path.basename(workdir).startswith("agentrl-sandbox-")
+        assert not os.path.exists(workdir)  # removed afterwards
+
+
+@needs_sandbox
+def test_arrays_go_in_and_an_array_comes_back():
+    code = "def f(X, y):\n    return X * 2 + y[:, None]\n"
+    model = (
+        "import numpy as np\n\nclass M:\n    def predict_proba(self, X):\n"
+        "        return np.tile([0.25, 0.75], (len(X), 1))\n\ndef f(X, y):\n    return M()\n"
+    )
+    arrays = {"X_train_0": np.ones((4, 2)), "y_train_0": np.arange(4), "X_test_0": np.zeros((3, 2))}
+    result = run_function(
+        model,
+        "f",
+        kwargs={"splits": 1, "classes": 2},
+        arrays=arrays,
+        harness="fit_predict_proba",
+        limits=FAST,
+    )
+    assert result.ok, result.reason
+    assert result.value.dtype == np.float64 and result.value.shape == (1, 3, 2)
+    assert np.all(result.value[0] == [0.25, 0.75])
+    result = run_function(
+        code, "f", kwargs={"splits": 1, "classes": 3}, arrays=arrays, harness="fit_predict_proba", limits=FAST
+    )
+    assert not result.ok and result.reason.startswith("ValueError: f must return a fitted estimator")
 
 
 def test_an_infinite_loop_times_out_and_its_process_group_is_killed():
@@ -140,17 +178,19 @@ def test_os_system_through_a_module_attribute_is_refused(tmp_path):
     assert not marker.exists()
 
 
-def test_reading_outside_the_sandbox_is_refused_even_when_caught():
+@pytest.mark.parametrize("mode", MODES)
+def test_reading_outside_the_sandbox_is_refused_even_when_caught(mode):
+    # /etc/ld.so.cache: a file outside the Python installation that the OS sandbox shows too
     code = (
         "import numpy as np\ndef f():\n    try:\n"
-        "        return np.loadtxt('/etc/passwd', dtype=str, delimiter='\\n').tolist()\n"
+        "        return np.loadtxt('/etc/ld.so.cache', dtype=str, delimiter='\\n').tolist()\n"
         "    except BaseException:\n        return 'caught'\n"
     )
     assert check_code(code) is None  # only the child can see this one
-    result = run_function(code, "f", limits=FAST)
-    assert not result.ok and result.reason.startswith("reading '/etc/passwd' is not allowed")
+    result = run_function(code, "f", limits=FAST, mode=mode)
+    assert not result.ok and result.reason.startswith("reading '/etc/ld.so.cache' is not allowed")
     listing = "import random\ndef f():\n    return random._os.listdir('/etc')\n"
-    result = run_function(listing, "f", limits=FAST, static_check=False)
+    result = run_function(listing, "f", limits=FAST, static_check=False, mode=mode)
     assert not result.ok and result.reason == "listing '/etc' is not allowed (outside the sandbox directory)"
 
 
@@ -188,3 +228,35 @@ def test_failures_of_the_code_are_reported_with_the_line():
     assert not result.ok and result.reason == "the code defines no function 'f'"
     result = run_function("def f():\n    return {1, 2}\n", "f", limits=FAST)
     assert not result.ok and result.reason == "f returned a value that is not JSON data"
+
+
+# ---- where the OS sandbox cannot run -------------------------------------------------------------------
+def test_without_bubblewrap_the_sandbox_refuses_with_one_line(monkeypatch):
+    from agentrl.envs.datascicoding import DataSciCodingEnv
+    from agentrl.errors import ConfigError
+
+    monkeypatch.setattr(sandbox.sandbox_bwrap, "BWRAP", "bwrap-not-installed")
+    monkeypatch.setattr(sandbox, "_probe_result", [])
+    problem = sandbox_problem()
+    assert problem.startswith(
+        "the DataSciCoding sandbox needs bubblewrap: install it (Debian/Ubuntu: apt-get"
+    )
+    assert "env.sandbox=unsafe-local" in problem and "\n" not in problem
+    with pytest.raises(ConfigError, match="needs bubblewrap"):
+        DataSciCodingEnv(dataset="iris")
+    assert sandbox.main(["--check"]) == 1
+    env = DataSciCodingEnv(dataset="iris", splits=1, sandbox="unsafe-local")  # the explicit opt-out runs
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(env.action_names.index("constant_prior"))
+    assert reward == 0.5, info["reason"]
+
+
+def test_unsafe_local_warns_once_per_process(caplog, monkeypatch):
+    monkeypatch.setattr(sandbox, "_warned_unsafe", [])
+    with caplog.at_level("WARNING", logger="agentrl.sandbox"):
+        for _ in range(2):
+            assert run_function("def f():\n    return 1\n", "f", limits=FAST, mode="unsafe-local").ok
+    (record,) = caplog.records
+    assert record.message.startswith(
+        "env.sandbox=unsafe-local: model-written code runs without an OS boundary"
+    )

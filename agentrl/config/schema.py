@@ -440,6 +440,11 @@ class DataSciCodingConfig(EnvSchema):
     memory_mb: int = setting(2048, "sandbox address-space limit (numpy + scikit-learn take ~500 MB)", ge=256)
     max_steps: int = setting(1, "attempts; > 1 shows the previous code and its score or error", ge=1)
     success_auc: float = setting(0.9, "success: a mean ROC-AUC of at least this", ge=0, le=1)
+    sandbox: str = setting(
+        "bwrap",
+        "bwrap: model code runs in an OS sandbox (bubblewrap); unsafe-local: a plain process, no OS boundary",
+        choices=("bwrap", "unsafe-local"),
+    )
 
 
 @dataclass

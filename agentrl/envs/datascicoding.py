@@ -2,12 +2,13 @@
 
 After the POAD paper's DataSciCoding task (Wen et al., NeurIPS 2024, docs/envs.md): the agent sees a
 tabular classification dataset (name, size, feature names, classes) and answers with Python code that
-defines ``def build_model(X, y):`` returning a fitted classifier with ``predict_proba``. The code runs
-in `agentrl.sandbox` (a separate, limited process); inside it, `score_build_model` fits the model on
-the training part of `splits` seeded, stratified train/test splits (75% / 25%) and scores
-``predict_proba`` on the test part: binary data with ``roc_auc_score`` of the positive class,
-multiclass data with the one-vs-rest macro average. The reward is the mean over the splits, or -1 on any
-error (the reason is ``info["reason"]``). Success: a score of at least `success_auc` (0.9).
+defines ``def build_model(X, y):`` returning a fitted classifier with ``predict_proba``. The env makes
+`splits` seeded, stratified train/test splits (75% / 25%) and hands the training parts and the test
+inputs to `agentrl.sandbox` (an OS sandbox, `sandbox="bwrap"`), where the code's model is fitted on
+each training part and its ``predict_proba`` of the test inputs comes back. The test labels never leave
+this process: the env scores the predictions itself, binary data with ``roc_auc_score`` of the positive
+class, multiclass data with the one-vs-rest macro average. The reward is the mean over the splits, or
+-1 on any error (the reason is ``info["reason"]``). Success: a score of at least `success_auc` (0.9).
 
 The action is free text (`free_text_action`): `step` takes the code. An action *index* runs one of the
 reference solutions named by `action_names` (logistic regression, a random forest, a constant
@@ -23,7 +24,6 @@ cannot run on free-text actions).
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import gymnasium as gym
@@ -31,7 +31,7 @@ import numpy as np
 
 from agentrl.envs.base import TEXT_CHARSET, TextEnv
 from agentrl.errors import ConfigError, UnknownChoiceError
-from agentrl.sandbox import ALLOWED_MODULES, SandboxLimits, SandboxResult, run_function
+from agentrl.sandbox import ALLOWED_MODULES, SandboxLimits, SandboxResult, require_sandbox, run_function
 
 #: scikit-learn's bundled datasets (no download); `random` picks one per reset seed.
 DATASETS: tuple[str, ...] = ("breast_cancer", "wine", "iris", "digits")
@@ -93,47 +93,47 @@ def _load(name: str) -> tuple[np.ndarray, np.ndarray, list[str], list[str], str]
     return x, y, list(bunch.feature_names), [str(t) for t in bunch.target_names], title
 
 
-# ---- the scoring harness (runs inside the sandbox child) ----------------------------------------------
-_TOOLS: dict[str, Any] = {}
-
-
-def _prepare_scoring() -> None:
-    """Import the scoring tools before the submitted code runs, so it cannot replace them."""
-    from sklearn.metrics import roc_auc_score
+# ---- the scoring (in the parent: the test labels never enter the sandbox) ---------------------------
+@functools.cache
+def _splits(dataset: str, splits: int, seed: int) -> tuple[dict[str, np.ndarray], list[np.ndarray], int]:
+    """The seeded stratified splits: the arrays the sandbox gets (training parts and test inputs), the
+    test labels the parent keeps, and the number of classes."""
     from sklearn.model_selection import StratifiedShuffleSplit
 
-    _TOOLS.update(roc_auc_score=roc_auc_score, splitter=StratifiedShuffleSplit, load=_load)
+    x, y, _, classes, _ = _load(dataset)
+    splitter = StratifiedShuffleSplit(n_splits=splits, test_size=TEST_SIZE, random_state=seed)
+    arrays, labels = {}, []
+    for k, (train, test) in enumerate(splitter.split(x, y)):
+        arrays.update({f"X_train_{k}": x[train], f"y_train_{k}": y[train], f"X_test_{k}": x[test]})
+        labels.append(y[test])
+    return arrays, labels, len(classes)
 
 
-def score_build_model(build_model: Any, dataset: str, splits: int, seed: int) -> dict[str, Any]:
-    """Fit `build_model` on each seeded train split and score `predict_proba` on its test split.
-    Returns {"auc": mean, "fold_aucs": [...]}; raises ValueError with a clear message on a bad model."""
-    if not _TOOLS:
-        _prepare_scoring()
-    x, y, _, classes, _ = _TOOLS["load"](dataset)
-    k = len(classes)
-    splitter = _TOOLS["splitter"](n_splits=splits, test_size=TEST_SIZE, random_state=seed)
+def score_predictions(
+    result: SandboxResult, labels: list[np.ndarray], classes: int
+) -> tuple[float | None, list[float], str]:
+    """(mean ROC-AUC, split AUCs, "") from the sandbox's predictions, else (None, [], reason). The value
+    comes from untrusted code: anything but a finite array of the expected shape is an error."""
+    from sklearn.metrics import roc_auc_score
+
+    if not result.ok:
+        return None, [], result.reason
+    proba, expected = result.value, (len(labels), len(labels[0]), classes)
+    if not isinstance(proba, np.ndarray) or proba.shape != expected:
+        got = proba.shape if isinstance(proba, np.ndarray) else type(proba).__name__
+        return None, [], f"the sandbox returned {got} instead of predictions of shape {expected}"
+    proba = proba.astype(np.float64)
+    if not np.all(np.isfinite(proba)):
+        return None, [], "predict_proba returned NaN or infinite values"
     aucs = []
-    for train, test in splitter.split(x, y):
-        model = build_model(x[train].copy(), y[train].copy())
-        if not callable(getattr(model, "predict_proba", None)):
-            raise ValueError(
-                f"{FUNCTION} must return a fitted estimator with predict_proba, got {type(model).__name__}"
-            )
-        proba = np.asarray(model.predict_proba(x[test].copy()), dtype=np.float64)
-        if proba.shape != (len(test), k):
-            raise ValueError(f"predict_proba returned shape {proba.shape}, expected ({len(test)}, {k})")
-        if not np.all(np.isfinite(proba)):
-            raise ValueError("predict_proba returned NaN or infinite values")
-        if k == 2:
-            auc = _TOOLS["roc_auc_score"](y[test], proba[:, 1])
+    for y_test, p in zip(labels, proba, strict=True):
+        if classes == 2:
+            aucs.append(float(roc_auc_score(y_test, p[:, 1])))
         else:
-            auc = _TOOLS["roc_auc_score"](y[test], proba, multi_class="ovr", average="macro", labels=range(k))
-        aucs.append(float(auc))
-    return {"auc": float(np.mean(aucs)), "fold_aucs": aucs}
-
-
-score_build_model.prepare = _prepare_scoring  # type: ignore[attr-defined]  (see sandbox.run_function)
+            aucs.append(
+                float(roc_auc_score(y_test, p, multi_class="ovr", average="macro", labels=range(classes)))
+            )
+    return float(np.mean(aucs)), aucs, ""
 
 
 # ---- the environment ---------------------------------------------------------------------------------
@@ -151,6 +151,7 @@ class DataSciCodingEnv(TextEnv):
         memory_mb: int = 2048,
         max_steps: int = 1,
         success_auc: float = 0.9,
+        sandbox: str = "bwrap",
         render_mode: str | None = None,
     ):
         if dataset not in DATASET_CHOICES:
@@ -163,6 +164,8 @@ class DataSciCodingEnv(TextEnv):
             raise ConfigError(f"env datascicoding: memory_mb must be at least 256, got {memory_mb}")
         if int(max_steps) < 1:
             raise ConfigError(f"env datascicoding: max_steps must be at least 1, got {max_steps}")
+        require_sandbox(sandbox)  # no OS sandbox here: refused now, before any code runs
+        self.sandbox = sandbox
         self.dataset_option = dataset
         self.splits = int(splits)
         self.limits = SandboxLimits(timeout_s=float(timeout_s), memory_mb=int(memory_mb))
@@ -204,24 +207,30 @@ class DataSciCodingEnv(TextEnv):
         return self._submit(REFERENCE_SOLUTIONS[self.action_names[index]])
 
     def _submit(self, code: str) -> tuple[float, bool, bool, dict[str, Any]]:
-        if not code.strip():
-            result = SandboxResult(False, reason="no code was submitted")
-        else:
-            result = run_function(
-                code,
-                FUNCTION,
-                kwargs={"dataset": self.dataset, "splits": self.splits, "seed": self.split_seed},
-                limits=self.limits,
-                harness=f"{__name__}:score_build_model",
-                seed=self.split_seed,
-            )
-        self.last_result = result
-        score, folds, reason = _read_score(result)
+        score, folds, reason = self._run(code)
         self.attempts.append({"code": code, "score": score, "reason": reason})
         success = score is not None and score >= self.success_auc
         self.done = success or len(self.attempts) >= self.max_steps
         reward = score if score is not None else ERROR_REWARD
         return reward, self.done, success, {"score": score, "fold_scores": folds, "reason": reason}
+
+    def _run(self, code: str) -> tuple[float | None, list[float], str]:
+        """Run the code on the training parts in the sandbox; score its test predictions here."""
+        if not code.strip():
+            self.last_result = SandboxResult(False, reason="no code was submitted")
+            return None, [], self.last_result.reason
+        arrays, labels, classes = _splits(self.dataset, self.splits, self.split_seed)
+        self.last_result = run_function(
+            code,
+            FUNCTION,
+            kwargs={"splits": self.splits, "classes": classes},
+            arrays=arrays,
+            harness="fit_predict_proba",
+            limits=self.limits,
+            seed=self.split_seed,
+            mode=self.sandbox,
+        )
+        return score_predictions(self.last_result, labels, classes)
 
     def text_action_name(self, text: str) -> str:
         return f"code ({len(text)} chars)" if text.strip() else "no code"
@@ -304,17 +313,6 @@ class DataSciCodingEnv(TextEnv):
 
     def numeric_observation(self) -> np.ndarray:
         raise ConfigError("datascicoding has no numeric view; DQN cannot run on it (its actions are code)")
-
-
-def _read_score(result: SandboxResult) -> tuple[float | None, list[float], str]:
-    """(mean AUC, fold AUCs, "") of a successful run, else (None, [], reason)."""
-    if not result.ok:
-        return None, [], result.reason
-    value = result.value if isinstance(result.value, dict) else {}
-    auc, folds = value.get("auc"), value.get("fold_aucs", [])
-    if not isinstance(auc, int | float) or not math.isfinite(auc):
-        return None, [], f"the score could not be computed (got {auc!r})"
-    return float(auc), [float(f) for f in folds], ""
 
 
 def _printable(text: str, limit: int = 8000) -> str:
