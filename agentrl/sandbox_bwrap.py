@@ -13,7 +13,7 @@ What the child gets (docs/envs.md, "The sandbox"):
 - read-only: /usr (and the /bin, /lib* links or directories), /etc/ld.so.cache, the Python
   installation (base prefix, venv) and the child script; scikit-learn's bundled dataset files are
   hidden (they hold the test labels); nothing else of the host (no home, no project, no /tmp, no /sys);
-- its own /proc (its PID namespace only) and a minimal /dev, both read-only except the devices;
+- its own /proc (its PID namespace only), read-only, and a minimal /dev, read-only except the devices;
 - one writable place: a tmpfs of `disk_mb` at /sandbox (working directory, HOME, TMPDIR);
 - a network namespace with only its own loopback;
 - seccomp: no new processes (fork, vfork, clone without CLONE_THREAD), no ptrace, mount, namespaces,
@@ -242,7 +242,19 @@ def bwrap_command(
         args += ["--ro-bind", root, root]
     for hidden in hidden_dirs():
         args += ["--tmpfs", hidden, "--remount-ro", hidden]
-    args += ["--ro-bind", child_script, CHILD_PATH, "--proc", "/proc", "--dev", "/dev"]
+    # /proc read-only: run by root, the sandbox's uid maps to root outside, and the kernel's files under
+    # /proc/sys, /proc/irq, /proc/acpi check only that uid, not capabilities.
+    args += [
+        "--ro-bind",
+        child_script,
+        CHILD_PATH,
+        "--proc",
+        "/proc",
+        "--remount-ro",
+        "/proc",
+        "--dev",
+        "/dev",
+    ]
     args += ["--size", str(disk_mb * 1024 * 1024), "--tmpfs", WORKDIR, "--chdir", WORKDIR]
     # bwrap's own root and /dev are tmpfs mounts without a size: read-only, so /sandbox is the only
     # writable place and the only one bounded in size.
