@@ -366,7 +366,9 @@ def sweep(
     launch(task, overrides, multirun=True)
     failed = _print_sweep_summary(sweep_dir)
     if failed:
-        typer.echo(f"error: {failed} sweep job(s) failed (see the table above and their status.json)", err=True)
+        typer.echo(
+            f"error: {failed} sweep job(s) failed (see the table above and their status.json)", err=True
+        )
         raise typer.Exit(1)
 
 
@@ -418,9 +420,8 @@ def _print_sweep_summary(sweep_dir: Path) -> int:
     returns how many jobs did not complete."""
     import json
 
-    from rich.table import Table
-
     from rich.markup import escape
+    from rich.table import Table
 
     from agentrl.rundir import effective_status, read_status
 

@@ -122,8 +122,7 @@ def check_job(overrides: list[str], problems: list[AgentRLError] | None = None) 
     if cfg.task == "train":
         if cfg.get("algo") is None:
             raise ConfigError(
-                f"train needs algo=<name>; valid choices: {', '.join(sorted(TRAINERS))}"
-                + _baseline_hint(cfg)
+                f"train needs algo=<name>; valid choices: {', '.join(sorted(TRAINERS))}" + _baseline_hint(cfg)
             )
         if cfg.algo.name not in TRAINERS:
             raise ConfigError(
@@ -141,7 +140,9 @@ def check_job(overrides: list[str], problems: list[AgentRLError] | None = None) 
 def _baseline_hint(cfg: DictConfig) -> str:
     """A training job whose agent is a baseline is an evaluation the command took for training."""
     if cfg.agent.name in ("random", "planner", "human", "dqn"):
-        return f" (agent={cfg.agent.name} is evaluated, not trained: agentrl eval, or agentrl sweep --task eval)"
+        return (
+            f" (agent={cfg.agent.name} is evaluated, not trained: agentrl eval, or agentrl sweep --task eval)"
+        )
     return ""
 
 
@@ -244,7 +245,9 @@ def check_sweep(jobs: list[list[str]]) -> DictConfig:
             f"{exc}"
             for number, exc in failures
         )
-        raise ConfigError(f"{len(failures)} of {len(jobs)} sweep jobs fail their checks, so none ran: {listed}")
+        raise ConfigError(
+            f"{len(failures)} of {len(jobs)} sweep jobs fail their checks, so none ran: {listed}"
+        )
     assert cfg is not None
     return cfg
 
@@ -477,6 +480,8 @@ def launch(
         if is_complete(run.root) and not _asks_for_more(cfg, run):
             _say_complete(run)
             return []
+        if is_complete(run.root):
+            check_continuable(run)
         lock = _claim(lambda: claim(run.root, resume=True), resume=True)
     else:
         overrides = [f"task={task}", *overrides]
@@ -660,6 +665,11 @@ def dry_run(task: str, overrides: list[str], *, resume: str | Path | None = None
                 f"cannot resume {run.root}: it trained algo={run.algo}, not algo={cfg.algo.name}"
             )
         done = is_complete(run.root) and not _asks_for_more(cfg, run)
+        if is_complete(run.root) and not done:
+            try:
+                check_continuable(run)
+            except AgentRLError as exc:
+                problems.append(exc)
         return Plan(task, cfg, run.root, resume=True, nothing_to_do=done, problems=problems)
     overrides = [f"task={task}", *overrides]
     cfg = check_job(overrides, problems)
@@ -790,7 +800,9 @@ def model_parameters(model_cfg: Any) -> int | None:
         return None
     c = c.get("text_config", c) if isinstance(c, dict) else None
     try:
-        h, layers, inner, vocab = (int(c[k]) for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size"))
+        h, layers, inner, vocab = (
+            int(c[k]) for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
+        )
         heads = int(c["num_attention_heads"])
     except (KeyError, TypeError, ValueError):
         return None
@@ -815,6 +827,26 @@ def _asks_for_more(cfg: DictConfig, run: SavedRun) -> bool:
     key = BUDGET_KEYS.get(str(run.algo), DEFAULT_BUDGET_KEY)
     asked, done = cfg.algo.get(key), run.config.algo.get(key)
     return asked is not None and done is not None and int(asked) > int(done)
+
+
+def check_continuable(run: SavedRun) -> None:
+    """A complete run asked for more training continues from its newest checkpoint (DQN: or its final
+    model); a run with neither is refused here, never restarted from step 0 over its own results."""
+    from agentrl.runlog import newest_valid_checkpoint
+
+    if run.algo == "dqn":
+        from agentrl.trainers.dqn import resume_point
+
+        if resume_point(run.root) is not None:
+            return
+    elif newest_valid_checkpoint(run.root, kind="dir") is not None:
+        return
+    every = run.config.algo.get("checkpoint_every")
+    raise RunDirError(
+        f"cannot continue {run.root}: it is complete and kept no checkpoint to continue from "
+        f"(algo.checkpoint_every={every}; final/ holds the weights but not the optimizer state); "
+        "train a new run instead (set algo.checkpoint_every to make a run extensible)"
+    )
 
 
 def _say_complete(run: SavedRun) -> None:

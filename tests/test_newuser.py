@@ -80,7 +80,13 @@ def test_a_dqn_run_on_another_env_is_refused_before_a_run_dir(tmp_path):
 
 def test_a_sweep_with_failing_jobs_is_refused_whole_naming_each(tmp_path):
     sweep = tmp_path / "sweep"
-    result = invoke("sweep", "env=frozenlake,datascicoding,snake", "agent=planner", "seed=0,-1", f"hydra.sweep.dir={sweep}")
+    result = invoke(
+        "sweep",
+        "env=frozenlake,datascicoding,snake",
+        "agent=planner",
+        "seed=0,-1",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert result.exit_code == 2, result.output
     line = " ".join(one_error_line(result).split())
     assert line.startswith("error: 4 of 6 sweep jobs fail their checks, so none ran"), line
@@ -101,7 +107,9 @@ def test_a_job_that_fails_at_run_time_does_not_stop_the_sweep(tmp_path, monkeypa
 
     monkeypatch.setattr(agentrl.run, "run_eval", flaky)
     sweep = tmp_path / "sweep"
-    result = invoke("sweep", "env=snake,frozenlake", "agent=random", "eval.episodes=2", f"hydra.sweep.dir={sweep}")
+    result = invoke(
+        "sweep", "env=snake,frozenlake", "agent=random", "eval.episodes=2", f"hydra.sweep.dir={sweep}"
+    )
     assert result.exit_code == 1, result.output
     assert len(list(sweep.glob("*/eval.json"))) == 1  # the job after the failing one ran
     output = " ".join(result.output.split())
@@ -124,7 +132,13 @@ def test_a_bad_seed_is_one_line_at_config_time(tmp_path, seed):
 # ---- item 4: a preset with an algo, swept over baseline agents ------------------------------------------
 def test_readme_sweep_of_baselines_over_a_training_preset_evaluates_them(tmp_path):
     sweep = tmp_path / "sweep"
-    result = invoke("sweep", "experiment=rlft_bandit", "agent=random,planner", "eval.episodes=2", f"hydra.sweep.dir={sweep}")
+    result = invoke(
+        "sweep",
+        "experiment=rlft_bandit",
+        "agent=random,planner",
+        "eval.episodes=2",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert result.exit_code == 0, result.output
     agents = {json.loads(p.read_text())["agent"] for p in sweep.glob("*/eval.json")}
     assert agents == {"random", "planner"}
@@ -142,7 +156,13 @@ def test_dry_run_prints_the_plan_then_every_failing_check(tmp_path, monkeypatch)
 
     monkeypatch.setattr(agentrl.run, "_cuda", lambda: False)
     monkeypatch.setattr(agentrl.run, "_installed", lambda module: False)
-    args = ["train", "model=tiny-random", "model.backend=vllm", "distributed=zero3", "distributed.num_processes=2"]
+    args = [
+        "train",
+        "model=tiny-random",
+        "model.backend=vllm",
+        "distributed=zero3",
+        "distributed.num_processes=2",
+    ]
     result = invoke(*args, "--dry-run")
     assert result.exit_code == 2, result.output
     out = result.output
@@ -159,3 +179,52 @@ def test_dry_run_with_every_check_passing_exits_0(tmp_path):
     result = invoke("train", "model=tiny-random", "--dry-run")
     assert result.exit_code == 0, result.output
     assert "scale  distributed=none, 1 process" in result.output and "error" not in result.output
+
+
+# ---- item 3: extending a complete run continues it, or is refused; never a silent restart ---------------
+DQN_FAST = [
+    "algo=dqn",
+    "env=frozenlake",
+    "env.map=4x4",
+    "env.slippery=false",
+    "eval.episodes=3",
+    "algo.net_arch=[16]",
+    "algo.learning_starts=100",
+    "algo.log_every=300",
+]
+
+
+def test_extending_a_complete_dqn_run_continues_from_its_final_model(tmp_path):
+    run = tmp_path / "run"
+    first = invoke("train", *DQN_FAST, "algo.total_timesteps=600", f"hydra.run.dir={run}")
+    assert first.exit_code == 0, first.output
+    assert not list(run.glob("checkpoint-*.zip"))  # checkpoint_every (20000) is beyond the run
+    before = json.loads((run / "eval.json").read_text())["before"]  # the untrained network's eval
+    assert before["episodes"] == 3 and "success_rate" in before
+    more = invoke("train", f"resume={run}", "algo.total_timesteps=900")
+    assert more.exit_code == 0, more.output
+    rows = [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [300, 600, 900]  # appended, not rewritten from step 0
+    saved = json.loads((run / "eval.json").read_text())
+    assert saved["total_timesteps"] == 900 and saved["before"] == before
+    assert json.loads((run / "final" / "dqn.json").read_text())["steps"] == 900
+
+
+def test_extending_a_complete_llm_run_without_checkpoints_is_refused(tmp_path):
+    from omegaconf import OmegaConf
+
+    run = tmp_path / "run"
+    overrides = ["algo=msgrpo", "model=tiny-random", "algo.iterations=2"]
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(compose_config(["task=train", *overrides])))
+    (run / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in ["task=train", *overrides]))
+    (run / "eval.json").write_text('{"success_rate": 0.5}')
+    (run / "status.json").write_text('{"status": "complete"}')
+    (run / "final").mkdir()
+    for extra in ([], ["--dry-run"]):
+        result = invoke("train", f"resume={run}", "algo.iterations=4", *extra)
+        assert result.exit_code == 2, result.output
+        last = result.output.strip().splitlines()[-1]
+        assert last.startswith("error: cannot continue") and "kept no checkpoint" in last, result.output
+    assert json.loads((run / "eval.json").read_text()) == {"success_rate": 0.5}
+    assert not (run / "metrics.jsonl").exists()

@@ -185,7 +185,7 @@ def test_merge_overrides_replaces_in_place_and_drops_an_old_options_keys():
 # ---------------------------------------------------------------------------------------------------
 # status.json
 # ---------------------------------------------------------------------------------------------------
-def test_status_complete_and_failed(tmp_path):
+def test_status_complete_and_failed(tmp_path, monkeypatch):
     ok, bad = tmp_path / "ok", tmp_path / "bad"
     assert invoke("eval", "agent=random", "eval.episodes=2", f"hydra.run.dir={ok}").exit_code == 0
     status = rundir.read_status(ok)
@@ -193,7 +193,9 @@ def test_status_complete_and_failed(tmp_path):
     assert status["pid"] == os.getpid() and "reason" not in status and "ended" in status
 
     broken = tmp_path / "broken.zip"
-    broken.write_bytes(b"not a zip")  # passes the path check before launch, fails to load in the job
+    broken.write_bytes(b"not a zip")
+    # a failure the checks before launch miss (they load the model too): the job fails, status.json says so
+    monkeypatch.setattr("agentrl.run._check_dqn_fits", lambda cfg: None)
     result = runner.invoke(app, ["eval", "agent=dqn", f"agent.path={broken}", f"hydra.run.dir={bad}"])
     assert result.exit_code == 2
     status = rundir.read_status(bad)

@@ -957,6 +957,7 @@ class DQNConfig(Schema):
     )
     device: str = setting("cpu", "torch device (a small MLP runs fastest on the CPU)")
     torch_threads: int | None = setting(1, "torch.set_num_threads for training; null: torch's default", ge=1)
+    eval_before: bool = setting(True, "evaluate the untrained Q-network first (eval.json before)")
 
     def check(self, prefix: str) -> None:
         if self.gradient_steps == 0:
