@@ -140,6 +140,9 @@ def _errors_to_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
         except AgentRLError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            # Ctrl-C: what finished is written and the run says so; exit as a process stopped by SIGINT
+            raise typer.Exit(130) from None
 
     return wrapper
 

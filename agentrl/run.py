@@ -11,6 +11,7 @@ process aimed at a directory in use is refused. Every job records `status.json`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -964,7 +965,7 @@ def run_job(cfg: DictConfig, run_dir: Path, resume: bool = False) -> dict[str, A
 def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     from agentrl.agents import build_agent
     from agentrl.envs import env_factory
-    from agentrl.evaluation import eval_seeds, evaluate, write_eval
+    from agentrl.evaluation import EvalInterrupted, episode_metrics, eval_seeds, evaluate, write_eval
 
     info = describe(cfg)
     trained = trained_model(cfg.from_run) if cfg.get("from_run") is not None else None
@@ -988,23 +989,41 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     make_env = env_factory(cfg.env)
     agent = build_agent(cfg)
     start = time.perf_counter()
-    metrics, episodes = evaluate(
-        make_env,
-        agent,
-        eval_seeds(cfg),
-        lockstep=cfg.eval.lockstep,
-        description=f"eval {cfg.env.name}",
-        agent_seed=int(cfg.seed),
-    )
-    write_eval(
+    written = functools.partial(
+        write_eval,
         run_dir,
-        metrics,
-        episodes,
         transcripts=cfg.eval.transcripts,
         ucb_c=cfg.agent.get("ucb_c"),  # the planner's own c; other agents are judged at UCB1's default
         **info,
-        wall_time_s=round(time.perf_counter() - start, 3),
     )
+    try:
+        metrics, episodes = evaluate(
+            make_env,
+            agent,
+            eval_seeds(cfg),
+            lockstep=cfg.eval.lockstep,
+            description=f"eval {cfg.env.name}",
+            agent_seed=int(cfg.seed),
+        )
+    except EvalInterrupted as stop:
+        # the finished episodes are kept: eval.json says interrupted and how many of how many
+        partial = episode_metrics(stop.episodes)
+        written(
+            partial,
+            stop.episodes,
+            interrupted=True,
+            episodes_planned=stop.planned,
+            wall_time_s=round(time.perf_counter() - start, 3),
+        )
+        from agentrl.console import console
+
+        console.print(
+            f"interrupted after {len(stop.episodes)} of {stop.planned} episodes: eval.json (marked "
+            f"interrupted) and episodes.jsonl hold them\n[bold]run directory:[/bold] {run_dir}",
+            highlight=False,
+        )
+        raise
+    written(metrics, episodes, wall_time_s=round(time.perf_counter() - start, 3))
     print_metrics(f"{cfg.env.name} / {info['agent']}", metrics)
     return metrics
 

@@ -228,3 +228,26 @@ def test_extending_a_complete_llm_run_without_checkpoints_is_refused(tmp_path):
         assert last.startswith("error: cannot continue") and "kept no checkpoint" in last, result.output
     assert json.loads((run / "eval.json").read_text()) == {"success_rate": 0.5}
     assert not (run / "metrics.jsonl").exists()
+
+
+# ---- item 9: Ctrl-C during an eval keeps the finished episodes -------------------------------------------
+def test_ctrl_c_during_an_eval_writes_the_finished_episodes(tmp_path, monkeypatch):
+    import agentrl.agents
+    from agentrl.agents.baselines import RandomAgent
+
+    class CtrlCAtFourthEpisode(RandomAgent):
+        def act(self, contexts):
+            if contexts[0].episode_index == 3:
+                raise KeyboardInterrupt
+            return super().act(contexts)
+
+    monkeypatch.setattr(agentrl.agents, "build_agent", lambda cfg, **kw: CtrlCAtFourthEpisode())
+    run = tmp_path / "run"
+    args = ["eval", "agent=random", "eval.episodes=6", "eval.lockstep=false", f"hydra.run.dir={run}"]
+    result = invoke(*args)
+    assert result.exit_code == 130, result.output
+    assert f"run directory: {run}" in " ".join(result.output.split())
+    saved = json.loads((run / "eval.json").read_text())
+    assert saved["interrupted"] is True and saved["episodes"] == 3 and saved["episodes_planned"] == 6
+    assert len((run / "episodes.jsonl").read_text().splitlines()) == 3
+    assert json.loads((run / "status.json").read_text())["status"] == "interrupted"

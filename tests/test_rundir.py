@@ -238,6 +238,13 @@ def test_a_running_status_of_a_dead_process_reads_killed(tmp_path):
         assert rundir.effective_status(tmp_path) == "running"  # the holder is alive: this process
 
 
+def test_a_lock_file_nobody_holds_reads_killed_even_when_its_pid_is_reused(tmp_path):
+    rundir.write_status(tmp_path, "running", task="eval")
+    # SIGKILL left the file; its pid now belongs to a live process (here: this one) that holds no lock
+    (tmp_path / rundir.LOCK_FILE).write_text(f"{os.getpid()} {rundir.host_name()} 2026-01-01T00:00:00\n")
+    assert rundir.effective_status(tmp_path) == "killed"
+
+
 # ---------------------------------------------------------------------------------------------------
 # resume rules
 # ---------------------------------------------------------------------------------------------------
