@@ -140,6 +140,9 @@ def _errors_to_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
         except AgentRLError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            # Ctrl-C: what finished is written and the run says so; exit as a process stopped by SIGINT
+            raise typer.Exit(130) from None
 
     return wrapper
 
@@ -216,11 +219,16 @@ def eval_(overrides: Overrides = None, dry_run: DryRun = False) -> None:
 
 
 def _print_plan(task: str, overrides: list[str], resume: Path | None = None) -> None:
-    """--dry-run: the checked config's summary and the run directory, nothing run."""
+    """--dry-run: the checked config's summary and the run directory, then every check that failed
+    (one `error:` line each, exit 2); nothing run."""
     from agentrl.run import dry_run, plan_lines
 
-    lines = plan_lines(dry_run(task, overrides, resume=resume))
-    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+    plan = dry_run(task, overrides, resume=resume)
+    console.print("\n".join(plan_lines(plan)), markup=False, highlight=False, soft_wrap=True)
+    for problem in plan.problems:
+        typer.echo(f"error: {problem}", err=True)
+    if plan.problems:
+        raise typer.Exit(max(p.exit_code for p in plan.problems))
 
 
 @app.command(
@@ -359,16 +367,35 @@ def sweep(
         overrides.append(f"hydra.sweep.dir=outputs/multirun/{stamp}")
     sweep_dir = Path(next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")))
     launch(task, overrides, multirun=True)
-    _print_sweep_summary(sweep_dir)
+    failed = _print_sweep_summary(sweep_dir)
+    if failed:
+        typer.echo(
+            f"error: {failed} sweep job(s) failed (see the table above and their status.json)", err=True
+        )
+        raise typer.Exit(1)
+
+
+#: agents that are played, never trained: a preset's algo does not make their sweep a training sweep
+BASELINE_AGENTS = ("random", "planner", "human", "dqn")
 
 
 def _sweep_trains(overrides: list[str]) -> bool:
     """A sweep trains when it names `algo=`, an `algo.*` key, or an experiment preset that sets the algo
-    (`agentrl sweep experiment=frozenlake_learn algo.aaw.enabled=true,false`)."""
+    (`agentrl sweep experiment=frozenlake_learn algo.aaw.enabled=true,false`), unless the preset's algo
+    is all there is and `agent=` names only baselines (`agentrl sweep experiment=rlft_bandit
+    agent=random,planner` evaluates them on the preset's env)."""
     for override in overrides:
         key = override.partition("=")[0].lstrip("+~")
         if key == "algo" or key.startswith("algo."):
             return True
+    agents = [
+        name.strip()
+        for override in overrides
+        if override.partition("=")[0].lstrip("+") == "agent"
+        for name in override.partition("=")[2].split(",")
+    ]
+    if agents and all(name in BASELINE_AGENTS for name in agents):
+        return False
     return _preset_sets_algo(overrides)
 
 
@@ -391,10 +418,15 @@ def _preset_sets_algo(overrides: list[str]) -> bool:
     return False
 
 
-def _print_sweep_summary(sweep_dir: Path) -> None:
+def _print_sweep_summary(sweep_dir: Path) -> int:
+    """The sweep's table, one row per job (a job without eval.json shows its status and reason);
+    returns how many jobs did not complete."""
     import json
 
+    from rich.markup import escape
     from rich.table import Table
+
+    from agentrl.rundir import effective_status, read_status
 
     table = Table(title=f"sweep {sweep_dir}")
     for col in ("job", "env", "agent", "seed", "success", "return ± stderr", "length", "invalid"):
@@ -403,11 +435,16 @@ def _print_sweep_summary(sweep_dir: Path) -> None:
         (p for p in sweep_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()),
         key=lambda p: int(p.name.split("_", 1)[0]) if p.name.split("_", 1)[0].isdigit() else 0,
     )
+    failed = 0
     for job in jobs:
         try:
             m = json.loads((job / "eval.json").read_text())
         except (OSError, ValueError):
-            table.add_row(job.name, "[red]no eval.json[/red]", "", "", "", "", "", "")
+            failed += 1
+            state = effective_status(job) or "no eval.json"
+            reason = (read_status(job) or {}).get("reason", "") if state != "no eval.json" else ""
+            cell = escape(f"{state}: {reason}" if reason else state)
+            table.add_row(job.name, f"[red]{cell}[/red]", "", "", "", "", "", "")
             continue
         table.add_row(
             job.name,
@@ -421,6 +458,7 @@ def _print_sweep_summary(sweep_dir: Path) -> None:
         )
     console.print(table)
     console.print(f"[bold]sweep directory:[/bold] {sweep_dir}")
+    return failed
 
 
 @app.command(

@@ -72,8 +72,20 @@ def evaluate(
     steps/s, ETA) is a live bar in a terminal, else a plain line every 10% of the episodes and at least
     every 30 s (`runlog.progress`)."""
     with progress(description, total=len(seeds), every_advance=False) as bar:
-        episodes = rollout(make_env, agent, seeds, progress=bar, lockstep=lockstep, agent_seed=agent_seed)
+        try:
+            episodes = rollout(make_env, agent, seeds, progress=bar, lockstep=lockstep, agent_seed=agent_seed)
+        except KeyboardInterrupt as exc:
+            raise EvalInterrupted(list(getattr(exc, "episodes", [])), len(seeds)) from exc
     return episode_metrics(episodes), episodes
+
+
+class EvalInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `evaluate`: still a KeyboardInterrupt (the run ends as interrupted), carrying the
+    episodes that finished (`episodes`) out of `planned`, so the caller can write them."""
+
+    def __init__(self, episodes: list[Episode], planned: int):
+        super().__init__(f"interrupted after {len(episodes)} of {planned} episodes")
+        self.episodes, self.planned = episodes, planned
 
 
 def write_eval(

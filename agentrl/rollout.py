@@ -67,7 +67,8 @@ def rollout(
 
     `progress` is an optional `runlog.progress` bar, advanced as episodes finish; after every lockstep
     step its line is refreshed (steps/s), so an eval whose episodes all end late still shows it is
-    moving. `reset_options` go to every `env.reset` (e.g. a training curriculum's start rule).
+    moving. `reset_options` go to every `env.reset` (e.g. a training curriculum's start rule). A Ctrl-C
+    (KeyboardInterrupt) carries the episodes finished so far as its `episodes` attribute.
     """
     import time
 
@@ -84,15 +85,21 @@ def rollout(
             elapsed = time.perf_counter() - start
             progress.update(stats.line(elapsed), eta_s=stats.seconds_left_bound(elapsed))
 
-    for batch in batches:
-        steps = _lockstep(make_env, agent, seeds, group_ids, batch, agent_seed, stats, reset_options, on_step)
-        for i, ep in steps:
-            episodes[i] = ep
-            stats.episodes += 1
-            stats.successes += int(ep.success)
-            if progress is not None:
-                elapsed = time.perf_counter() - start
-                progress.advance(stats.line(elapsed), eta_s=stats.seconds_left_bound(elapsed))
+    try:
+        for batch in batches:
+            steps = _lockstep(
+                make_env, agent, seeds, group_ids, batch, agent_seed, stats, reset_options, on_step
+            )
+            for i, ep in steps:
+                episodes[i] = ep
+                stats.episodes += 1
+                stats.successes += int(ep.success)
+                if progress is not None:
+                    elapsed = time.perf_counter() - start
+                    progress.advance(stats.line(elapsed), eta_s=stats.seconds_left_bound(elapsed))
+    except KeyboardInterrupt as exc:
+        exc.episodes = [ep for ep in episodes if ep is not None]  # type: ignore[attr-defined]  # an eval keeps them
+        raise
     return [ep for ep in episodes if ep is not None]
 
 

@@ -11,12 +11,13 @@ process aimed at a directory in use is refused. Every job records `status.json`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from agentrl import distributed as dist
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.config import CONF_DIR, CONFIG_GROUPS, compose_config, split_sweep
 from agentrl.config.presets import flatten, override_text, preset_for_agent
-from agentrl.errors import AgentRLError, ConfigError, RunDirError
+from agentrl.errors import AgentRLError, ConfigError, RunDirError, TrainingInterrupted
 from agentrl.rundir import (
     STATUS_FILE,
     RunLock,
@@ -68,11 +69,22 @@ NOT_REPEATED = ("task", "resume", "from_run", "hydra")
 # ---------------------------------------------------------------------------------------------
 # checks before launch
 # ---------------------------------------------------------------------------------------------
-def check_job(overrides: list[str]) -> DictConfig:
-    """Compose one job's config and build what can fail cheaply (env options, agent and algo names)."""
+def check_job(overrides: list[str], problems: list[AgentRLError] | None = None) -> DictConfig:
+    """Compose one job's config and check, before a run directory exists, what would make the run fail:
+    config rules (raised at once), and what the run needs from this machine and its files (a model's
+    weights, a library, CUDA, a trained model that fits the env). With `problems`, each failure of the
+    second kind is appended there and the checks go on (--dry-run lists them all); else it raises."""
     cfg = compose_config(overrides)
     from agentrl.agents import AGENTS
     from agentrl.envs import env_factory
+
+    def machine(check: Any, *args: Any) -> None:
+        try:
+            check(*args)
+        except AgentRLError as exc:
+            if problems is None:
+                raise
+            problems.append(exc)
 
     env_factory(cfg.env)
     if cfg.task not in TASKS:
@@ -91,28 +103,163 @@ def check_job(overrides: list[str]) -> DictConfig:
         )
     if cfg.task == "eval" and cfg.agent.name not in AGENTS:
         raise ConfigError(f"unknown agent {cfg.agent.name!r}; valid choices: {', '.join(AGENTS)}")
+    if cfg.task == "eval" and cfg.agent.name == "planner":
+        _check_planner(cfg)
     if cfg.task == "eval" and cfg.agent.name == "dqn":
         from agentrl.agents.dqn import dqn_model_path
 
         dqn_model_path(cfg.agent.path)  # a missing or wrong path fails here, before a run directory exists
+        machine(_check_dqn_fits, cfg)
     if cfg.task == "eval":
         from agentrl.agents import check_agent
 
-        check_agent(cfg)  # a human player without a terminal, a model that cannot be found
+        machine(check_agent, cfg)  # a human player without a terminal, a model that cannot be found
     if cfg.task == "train" and cfg.get("algo") is not None and cfg.algo.name in LLM_ALGOS:
         from agentrl.agents import check_trainable
         from agentrl.models import check_model
 
         check_trainable(cfg.agent, cfg.algo.name)  # agent settings the trainers cannot train with
-        check_model(cfg.model)
+        machine(check_model, cfg.model)
     if cfg.task == "train":
         if cfg.get("algo") is None:
-            raise ConfigError(f"train needs algo=<name>; valid choices: {', '.join(sorted(TRAINERS))}")
+            raise ConfigError(
+                f"train needs algo=<name>; valid choices: {', '.join(sorted(TRAINERS))}" + _baseline_hint(cfg)
+            )
         if cfg.algo.name not in TRAINERS:
             raise ConfigError(
                 f"no trainer for algo {cfg.algo.name!r}; valid choices: {', '.join(sorted(TRAINERS))}"
             )
+        if cfg.algo.name == "dqn":
+            _check_numeric_view(cfg)
+        machine(check_distributed, cfg)
+        machine(check_deepspeed, cfg)
+    if _uses_llm(cfg):
+        machine(check_backend, cfg)
     return cfg
+
+
+def _baseline_hint(cfg: DictConfig) -> str:
+    """A training job whose agent is a baseline is an evaluation the command took for training."""
+    if cfg.agent.name in ("random", "planner", "human", "dqn"):
+        return (
+            f" (agent={cfg.agent.name} is evaluated, not trained: agentrl eval, or agentrl sweep --task eval)"
+        )
+    return ""
+
+
+def _uses_llm(cfg: DictConfig) -> bool:
+    """Whether the job generates with the LLM (an LLM training algo, or an eval of agent=llm)."""
+    if cfg.task == "train":
+        return cfg.get("algo") is not None and cfg.algo.name in LLM_ALGOS
+    return cfg.agent.name == "llm"
+
+
+def _check_planner(cfg: DictConfig) -> None:
+    from agentrl.agents.baselines import PLANNERS
+    from agentrl.errors import UnknownChoiceError
+
+    if cfg.env.name not in PLANNERS:
+        raise UnknownChoiceError("env for agent=planner", str(cfg.env.name), sorted(PLANNERS))
+
+
+def _check_numeric_view(cfg: DictConfig) -> None:
+    """DQN reads the env's numeric view; an env without one (datascicoding) says so here."""
+    from agentrl.envs import env_factory
+
+    env = env_factory(cfg.env)()
+    try:
+        env.unwrapped.numeric_space()
+    finally:
+        env.close()
+
+
+def _check_dqn_fits(cfg: DictConfig) -> None:
+    """Load the DQN model agent.path names and check its observation and action shapes fit the env (a
+    DQN run evaluated on another env through from_run= is refused here, not after the run starts)."""
+    from agentrl.agents.dqn import build_dqn_agent
+
+    build_dqn_agent(cfg)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def check_distributed(cfg: DictConfig) -> None:
+    """What `distributed=` needs on this machine: CUDA for every engine but ddp (which runs on the CPU
+    over gloo), a process count when there is no GPU to count."""
+    engine = str(OmegaConf.select(cfg, "distributed.name", default="none"))
+    if cfg.task != "train" or engine == "none":
+        return
+    if _processes(cfg) > 1:
+        from agentrl.config import typed
+
+        dist.launcher_command(typed(cfg.distributed), [], cuda=_cuda())  # raises what it cannot launch
+
+
+def check_deepspeed(cfg: DictConfig) -> None:
+    engine = str(OmegaConf.select(cfg, "distributed.name", default="none"))
+    if cfg.task == "train" and engine in ("zero2", "zero3") and not _installed("deepspeed"):
+        raise ConfigError(f"distributed={engine} needs DeepSpeed: pip install 'agentrl[deepspeed]'")
+
+
+def check_backend(cfg: DictConfig) -> None:
+    """A generation backend's library and hardware: model.backend=vllm needs vllm and a CUDA GPU."""
+    from agentrl.errors import BackendError
+
+    if str(cfg.model.get("backend")) != "vllm":
+        return
+    if not _installed("vllm"):
+        raise BackendError("model.backend=vllm needs the vllm package (pip install vllm, on a CUDA machine)")
+    if not _cuda():
+        raise BackendError("model.backend=vllm needs a CUDA GPU; on this machine use model.backend=hf")
+
+
+def check_sweep(jobs: list[list[str]]) -> DictConfig:
+    """`check_job` for every job of a sweep before the first starts. A sweep with failing jobs is refused
+    as a whole, naming each failing job and why (one line): nothing half-run to clean up or fill in
+    later, and every job's problem is seen at once. Returns the last job's config."""
+    failures: list[tuple[int, AgentRLError]] = []
+    cfg: DictConfig | None = None
+    for number, job in enumerate(jobs):
+        try:
+            cfg = check_job(job)
+        except AgentRLError as exc:
+            failures.append((number, exc))
+            continue
+        if _processes(cfg) > 1:
+            raise ConfigError(
+                "a sweep runs its jobs in one process each: run distributed training with agentrl train"
+            )
+    if failures:
+        swept = _swept_keys(jobs)
+        listed = "; ".join(
+            f"job {number} ({' '.join(o for o in jobs[number] if override_key(o) in swept) or 'every job'}): "
+            f"{exc}"
+            for number, exc in failures
+        )
+        raise ConfigError(
+            f"{len(failures)} of {len(jobs)} sweep jobs fail their checks, so none ran: {listed}"
+        )
+    assert cfg is not None
+    return cfg
+
+
+def _swept_keys(jobs: list[list[str]]) -> set[str]:
+    """The keys whose values differ between the jobs of a sweep."""
+    values: dict[str, set[str]] = {}
+    for job in jobs:
+        for override in job:
+            values.setdefault(override_key(override), set()).add(override)
+    return {key for key, seen in values.items() if len(seen) > 1}
 
 
 def resume_overrides(run: SavedRun, extra: list[str]) -> list[str]:
@@ -334,15 +481,15 @@ def launch(
         if is_complete(run.root) and not _asks_for_more(cfg, run):
             _say_complete(run)
             return []
+        if is_complete(run.root):
+            check_continuable(run)
         lock = _claim(lambda: claim(run.root, resume=True), resume=True)
     else:
         overrides = [f"task={task}", *overrides]
-        for job in split_sweep(overrides) if multirun else [overrides]:
-            cfg = check_job(job)
-            if multirun and _processes(cfg) > 1:
-                raise ConfigError(
-                    "a sweep runs its jobs in one process each: run distributed training with agentrl train"
-                )
+        if multirun:
+            cfg = check_sweep(split_sweep(overrides))
+        else:
+            cfg = check_job(overrides)
         if not multirun:
             lock = _claim(lambda: _claim_new(overrides), resume=False)
     if lock is not None and not dist.launched() and _processes(cfg) > 1:
@@ -496,12 +643,16 @@ class Plan:
     run_dir: Path | None
     resume: bool = False
     nothing_to_do: bool = False  # a complete run asked for no more training
+    problems: list[AgentRLError] = field(default_factory=list)  # checks of this machine that failed
 
 
 def dry_run(task: str, overrides: list[str], *, resume: str | Path | None = None) -> Plan:
     """`launch` up to the point where it would start: the config composed and validated, the cheap
     pre-launch checks (`check_job`: env options, agent, model source, from_run) run, the run directory
-    named; no model loads, no directory is created or locked. Raises what `launch` would raise."""
+    named; no model loads, no directory is created or locked. A config error raises as in `launch`; the
+    checks of this machine (model files, libraries, CUDA) are all run and their failures kept in
+    `Plan.problems`, so the plan is shown whole first."""
+    problems: list[AgentRLError] = []
     overrides = list(overrides)
     if task == "train":
         overrides, resume = _pop_resume(overrides, resume)
@@ -509,16 +660,21 @@ def dry_run(task: str, overrides: list[str], *, resume: str | Path | None = None
         overrides = _eval_overrides(overrides)
     if resume is not None:
         run = load_train_run(Path(resume), "cannot resume")
-        cfg = check_job([f"task={task}", *resume_overrides(run, overrides)])
+        cfg = check_job([f"task={task}", *resume_overrides(run, overrides)], problems)
         if cfg.algo.name != run.algo:
             raise RunDirError(
                 f"cannot resume {run.root}: it trained algo={run.algo}, not algo={cfg.algo.name}"
             )
         done = is_complete(run.root) and not _asks_for_more(cfg, run)
-        return Plan(task, cfg, run.root, resume=True, nothing_to_do=done)
+        if is_complete(run.root) and not done:
+            try:
+                check_continuable(run)
+            except AgentRLError as exc:
+                problems.append(exc)
+        return Plan(task, cfg, run.root, resume=True, nothing_to_do=done, problems=problems)
     overrides = [f"task={task}", *overrides]
-    cfg = check_job(overrides)
-    return Plan(task, cfg, planned_run_dir(overrides))
+    cfg = check_job(overrides, problems)
+    return Plan(task, cfg, planned_run_dir(overrides), problems=problems)
 
 
 def plan_lines(plan: Plan) -> list[str]:
@@ -568,6 +724,8 @@ def plan_lines(plan: Plan) -> list[str]:
             )
         else:
             lines.append(f"  algo   {a.name}: {settings(a)}")
+    if uses_llm:
+        lines.append(f"  scale  {_scale(plan)}")
     seeds = eval_seeds(cfg)
     lines.append(
         f"  eval   {cfg.eval.episodes} episodes on held-out seeds {seeds[0]}..{seeds[-1]}; seed {cfg.seed}"
@@ -589,6 +747,73 @@ def plan_lines(plan: Plan) -> list[str]:
     return lines
 
 
+def _scale(plan: Plan) -> str:
+    """The dry run's scale line: engine, processes, precision and a rough memory figure per process."""
+    cfg, cuda = plan.cfg, _cuda()
+    device = "cuda" if cuda else "cpu"
+    params = model_parameters(cfg.model)
+    dtype = str(cfg.model.dtype)
+    weight_bytes = 2 if (dtype == "auto" and cuda) or dtype in ("bfloat16", "bf16", "float16", "fp16") else 4
+    if plan.task != "train":
+        what, per_param, processes, engine = "weights", weight_bytes, 1, "1 process"
+    else:
+        name = str(OmegaConf.select(cfg, "distributed.name", default="none"))
+        processes = _processes(cfg)
+        precision = str(cfg.algo.get("precision", "auto"))
+        shown = "bf16-mixed" if precision == "auto" and cuda else "fp32" if precision == "auto" else precision
+        engine = f"distributed={name}, {processes} process{'es' if processes > 1 else ''}, precision {shown}"
+        if int(cfg.model.lora.r) > 0:  # frozen base weights; adapters and their optimizer are small
+            what, per_param = "frozen weights (LoRA)", weight_bytes
+        else:  # fp32 master weights, gradients and Adam's two moments
+            what, per_param = "weights, gradients, Adam state", 16 if shown != "bf16-pure" else 8
+        if name not in ("zero3", "fsdp2"):
+            processes = 1  # every process holds it all (zero2 shards only part of it)
+    if params is None:
+        memory = "memory: unknown (the model's config.json is not on this machine)"
+    else:
+        gib = params * per_param / processes / 2**30
+        size = f"{params / 1e9:.3g}B" if params >= 1e9 else f"{params / 1e6:.3g}M"
+        memory = f"~{size} parameters: ~{gib:.3g} GiB per process for {what} (activations extra)"
+    return f"{engine} on {device}; {memory}"
+
+
+def model_parameters(model_cfg: Any) -> int | None:
+    """A rough parameter count of a decoder-only model from its config.json (local directory, cached hub
+    snapshot, or the embedded SmolLM2); None when no config.json is at hand (nothing is downloaded)."""
+    import json
+
+    from agentrl.models import BUILTIN_PREFIX, _cached_snapshot, looks_local
+
+    name = str(model_cfg.get("name_or_path") or "")
+    if name == f"{BUILTIN_PREFIX}smollm2-135m":
+        return 134_515_008
+    if name == f"{BUILTIN_PREFIX}tiny-random":
+        from agentrl.models import TINY_RANDOM_VERSION, cache_root
+
+        name = str(cache_root(model_cfg.get("cache_dir")) / "models" / f"tiny-random-v{TINY_RANDOM_VERSION}")
+    if name.startswith(BUILTIN_PREFIX) or str(model_cfg.get("backend")) == "openai":
+        return None
+    path = Path(name).expanduser()
+    folder = str(path) if path.is_dir() else None if looks_local(name) else _cached_snapshot(name)
+    try:
+        c = json.loads((Path(folder) / "config.json").read_text()) if folder else None
+    except (OSError, ValueError):
+        return None
+    c = c.get("text_config", c) if isinstance(c, dict) else None
+    try:
+        h, layers, inner, vocab = (
+            int(c[k]) for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
+        )
+        heads = int(c["num_attention_heads"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    head_dim = int(c.get("head_dim") or h // heads)
+    kv = int(c.get("num_key_value_heads") or heads)
+    attention = 2 * h * heads * head_dim + 2 * h * kv * head_dim  # q, o; k, v
+    embeddings = vocab * h * (1 if c.get("tie_word_embeddings", True) else 2)
+    return layers * (attention + 3 * h * inner) + embeddings  # a gated MLP: gate, up, down
+
+
 def _shown(value: Any) -> str:
     if value is None:
         return "null"
@@ -603,6 +828,26 @@ def _asks_for_more(cfg: DictConfig, run: SavedRun) -> bool:
     key = BUDGET_KEYS.get(str(run.algo), DEFAULT_BUDGET_KEY)
     asked, done = cfg.algo.get(key), run.config.algo.get(key)
     return asked is not None and done is not None and int(asked) > int(done)
+
+
+def check_continuable(run: SavedRun) -> None:
+    """A complete run asked for more training continues from its newest checkpoint (DQN: or its final
+    model); a run with neither is refused here, never restarted from step 0 over its own results."""
+    from agentrl.runlog import newest_valid_checkpoint
+
+    if run.algo == "dqn":
+        from agentrl.trainers.dqn import resume_point
+
+        if resume_point(run.root) is not None:
+            return
+    elif newest_valid_checkpoint(run.root, kind="dir") is not None:
+        return
+    every = run.config.algo.get("checkpoint_every")
+    raise RunDirError(
+        f"cannot continue {run.root}: it is complete and kept no checkpoint to continue from "
+        f"(algo.checkpoint_every={every}; final/ holds the weights but not the optimizer state); "
+        "train a new run instead (set algo.checkpoint_every to make a run extensible)"
+    )
 
 
 def _say_complete(run: SavedRun) -> None:
@@ -675,6 +920,11 @@ def _hydra_main(cfg: DictConfig) -> None:
         except BaseException as exc:
             if main:
                 end_status(run_dir, exc)
+            stop = isinstance(exc, (KeyboardInterrupt, TrainingInterrupted))
+            if _in_sweep() and isinstance(exc, Exception) and not stop:
+                # one failed job does not stop a sweep: status.json says why, the summary lists it
+                log.error("job %s failed: %s", run_dir.name, exc, exc_info=not isinstance(exc, AgentRLError))
+                return
             if isinstance(exc, AgentRLError):
                 # Hydra would print a traceback; a user error is one line and a non-zero exit.
                 log.error("%s", exc)
@@ -687,6 +937,12 @@ def _hydra_main(cfg: DictConfig) -> None:
         if held is None:
             lock.release()
     _RESULTS.append((run_dir, metrics))
+
+
+def _in_sweep() -> bool:
+    from hydra.types import RunMode
+
+    return HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def run_job(cfg: DictConfig, run_dir: Path, resume: bool = False) -> dict[str, Any]:
@@ -709,7 +965,7 @@ def run_job(cfg: DictConfig, run_dir: Path, resume: bool = False) -> dict[str, A
 def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     from agentrl.agents import build_agent
     from agentrl.envs import env_factory
-    from agentrl.evaluation import eval_seeds, evaluate, write_eval
+    from agentrl.evaluation import EvalInterrupted, episode_metrics, eval_seeds, evaluate, write_eval
 
     info = describe(cfg)
     trained = trained_model(cfg.from_run) if cfg.get("from_run") is not None else None
@@ -733,23 +989,41 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     make_env = env_factory(cfg.env)
     agent = build_agent(cfg)
     start = time.perf_counter()
-    metrics, episodes = evaluate(
-        make_env,
-        agent,
-        eval_seeds(cfg),
-        lockstep=cfg.eval.lockstep,
-        description=f"eval {cfg.env.name}",
-        agent_seed=int(cfg.seed),
-    )
-    write_eval(
+    written = functools.partial(
+        write_eval,
         run_dir,
-        metrics,
-        episodes,
         transcripts=cfg.eval.transcripts,
         ucb_c=cfg.agent.get("ucb_c"),  # the planner's own c; other agents are judged at UCB1's default
         **info,
-        wall_time_s=round(time.perf_counter() - start, 3),
     )
+    try:
+        metrics, episodes = evaluate(
+            make_env,
+            agent,
+            eval_seeds(cfg),
+            lockstep=cfg.eval.lockstep,
+            description=f"eval {cfg.env.name}",
+            agent_seed=int(cfg.seed),
+        )
+    except EvalInterrupted as stop:
+        # the finished episodes are kept: eval.json says interrupted and how many of how many
+        partial = episode_metrics(stop.episodes)
+        written(
+            partial,
+            stop.episodes,
+            interrupted=True,
+            episodes_planned=stop.planned,
+            wall_time_s=round(time.perf_counter() - start, 3),
+        )
+        from agentrl.console import console
+
+        console.print(
+            f"interrupted after {len(stop.episodes)} of {stop.planned} episodes: eval.json (marked "
+            f"interrupted) and episodes.jsonl hold them\n[bold]run directory:[/bold] {run_dir}",
+            highlight=False,
+        )
+        raise
+    written(metrics, episodes, wall_time_s=round(time.perf_counter() - start, 3))
     print_metrics(f"{cfg.env.name} / {info['agent']}", metrics)
     return metrics
 

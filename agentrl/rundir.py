@@ -117,8 +117,9 @@ def _pid_alive(pid: int) -> bool:
 
 def effective_status(run_dir: Path) -> str | None:
     """status.json's state, except that a `running` whose process is gone reads `killed` (SIGKILL, a
-    power cut: nothing could write the end state). Gone means no lock file, or a lock file of a dead pid
-    on this host; a lock held on another host is taken at its word. None without status.json."""
+    power cut: nothing could write the end state). Gone means no lock file, or on this host a lock file
+    that no process holds (its pid dead, or alive but reused by another program); a lock written on
+    another host is taken at its word. None without status.json."""
     status = read_status(run_dir)
     if status is None:
         return None
@@ -128,9 +129,28 @@ def effective_status(run_dir: Path) -> str | None:
     holder = lock_holder(run_dir)
     if holder is None:
         return "killed"
-    if holder["host"] == host_name() and isinstance(holder["pid"], int) and not _pid_alive(holder["pid"]):
-        return "killed"
+    if holder["host"] == host_name():
+        if not isinstance(holder["pid"], int) or not _pid_alive(holder["pid"]) or not _lock_held(run_dir):
+            return "killed"
     return state
+
+
+def _lock_held(run_dir: Path) -> bool:
+    """Whether a process holds `<run dir>/.lock` (a shared flock taken and dropped at once succeeds only
+    when nobody holds the exclusive one)."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's shared lock
+    return False
 
 
 def is_complete(run_dir: Path) -> bool:

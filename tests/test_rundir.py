@@ -185,7 +185,7 @@ def test_merge_overrides_replaces_in_place_and_drops_an_old_options_keys():
 # ---------------------------------------------------------------------------------------------------
 # status.json
 # ---------------------------------------------------------------------------------------------------
-def test_status_complete_and_failed(tmp_path):
+def test_status_complete_and_failed(tmp_path, monkeypatch):
     ok, bad = tmp_path / "ok", tmp_path / "bad"
     assert invoke("eval", "agent=random", "eval.episodes=2", f"hydra.run.dir={ok}").exit_code == 0
     status = rundir.read_status(ok)
@@ -193,7 +193,9 @@ def test_status_complete_and_failed(tmp_path):
     assert status["pid"] == os.getpid() and "reason" not in status and "ended" in status
 
     broken = tmp_path / "broken.zip"
-    broken.write_bytes(b"not a zip")  # passes the path check before launch, fails to load in the job
+    broken.write_bytes(b"not a zip")
+    # a failure the checks before launch miss (they load the model too): the job fails, status.json says so
+    monkeypatch.setattr("agentrl.run._check_dqn_fits", lambda cfg: None)
     result = runner.invoke(app, ["eval", "agent=dqn", f"agent.path={broken}", f"hydra.run.dir={bad}"])
     assert result.exit_code == 2
     status = rundir.read_status(bad)
@@ -234,6 +236,13 @@ def test_a_running_status_of_a_dead_process_reads_killed(tmp_path):
     assert rundir.effective_status(tmp_path) == "killed"
     with rundir.claim(tmp_path, resume=True):
         assert rundir.effective_status(tmp_path) == "running"  # the holder is alive: this process
+
+
+def test_a_lock_file_nobody_holds_reads_killed_even_when_its_pid_is_reused(tmp_path):
+    rundir.write_status(tmp_path, "running", task="eval")
+    # SIGKILL left the file; its pid now belongs to a live process (here: this one) that holds no lock
+    (tmp_path / rundir.LOCK_FILE).write_text(f"{os.getpid()} {rundir.host_name()} 2026-01-01T00:00:00\n")
+    assert rundir.effective_status(tmp_path) == "killed"
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -281,6 +281,10 @@ class EvalConfig(Schema):
     )
 
 
+#: the largest seed: numpy's legacy seeding (SB3 and the sandbox call np.random.seed) takes 0..2**32-1
+SEED_MAX = 2**32 - 1
+
+
 @dataclass
 class AgentRLConfig(Schema):
     """The root config (conf/config.yaml). The groups (env, agent, model, algo) are typed by their own
@@ -289,7 +293,12 @@ class AgentRLConfig(Schema):
     PREFIX: ClassVar[str | None] = ""
 
     task: str = setting("eval", "set by the command: eval | train", choices=TASKS)
-    seed: int = setting(0, "global seed: agent randomness, training, and which held-out eval seeds are used")
+    seed: int = setting(
+        0,
+        "global seed: agent randomness, training, and which held-out eval seeds are used",
+        ge=0,
+        le=SEED_MAX,
+    )
     name: str = setting("${task}_${env.name}", "run-directory suffix")
     resume: str | None = setting(None, "train: a run directory to continue (`agentrl train resume=<dir>`)")
     from_run: str | None = setting(
@@ -953,6 +962,7 @@ class DQNConfig(Schema):
     )
     device: str = setting("cpu", "torch device (a small MLP runs fastest on the CPU)")
     torch_threads: int | None = setting(1, "torch.set_num_threads for training; null: torch's default", ge=1)
+    eval_before: bool = setting(True, "evaluate the untrained Q-network first (eval.json before)")
 
     def check(self, prefix: str) -> None:
         if self.gradient_steps == 0:

@@ -16,12 +16,15 @@ into its run directory:
   fingerprints of those files): resume takes the newest checkpoint whose manifest checks out (runlog).
 - SIGTERM, SIGINT or SIGUSR1 (signals.py) stop training within `train_freq` env steps, save a
   checkpoint there and raise `TrainingInterrupted` (the run exits with 128 + the signal number).
-- `final/model.zip` + `final/dqn.json`, then `eval.json` / `episodes.jsonl` from evaluation.evaluate on
-  the held-out seeds.
+- `eval_before.json`: the untrained Q-network's greedy eval (eval.json's `before`; `algo.eval_before`).
+- `final/model.zip` + `final/dqn.json` (env, steps, train time), then `eval.json` / `episodes.jsonl`
+  from evaluation.evaluate on the held-out seeds. A resume that asks for more steps continues from the
+  newest of the last checkpoint and final/ (`resume_point`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -52,6 +55,7 @@ _OWN_KEYS = frozenset(
         "save_replay_buffer",
         "device",
         "torch_threads",
+        "eval_before",
     }
 )
 
@@ -242,7 +246,7 @@ def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
     if total < 1:
         raise ConfigError(f"algo.total_timesteps must be >= 1, got {total}")
 
-    checkpoint = newest_valid_checkpoint(run_dir, kind="zip") if resume else None
+    checkpoint = resume_point(run_dir) if resume else None
     if resume and checkpoint is None:
         log.warning("resume: no usable checkpoint in %s; training from the start", run_dir)
     start_steps, time_offset = 0, 0.0
@@ -252,11 +256,7 @@ def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
         torch.set_num_threads(int(threads))
     try:
         if checkpoint is not None:
-            path = checkpoint
-            start_steps = int(path.stem.split("-")[1])
-            meta = path.with_suffix(".json")
-            if meta.is_file():
-                time_offset = float(json.loads(meta.read_text()).get("train_time_s", 0.0))
+            path, start_steps, time_offset = checkpoint
             env = training_env(cfg, seed_stream=seed * 1_000_003 + start_steps)
             model = DQN.load(path, env=env, device=device)
             replay = run_dir / f"checkpoint-{start_steps}.replay.pkl"
@@ -283,6 +283,7 @@ def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
             sb3_dir = run_dir / "sb3"
         # SB3's CSV writer truncates its file: a resumed run writes its own sub-folder.
         model.set_logger(configure(str(sb3_dir), ["csv", "tensorboard"]))
+        before = _eval_before(cfg, model, run_dir) if bool(algo.get("eval_before", True)) else None
         metrics = MetricsLog(run_dir, resume=checkpoint is not None)
         remaining = max(0, total - int(model.num_timesteps))
         save_replay = bool(algo.get("save_replay_buffer", False))
@@ -328,7 +329,15 @@ def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
         with atomic_dir(final.parent) as tmp:
             model.save(tmp / final.name)
             (tmp / "dqn.json").write_text(
-                json.dumps({"env": env_name, "steps": int(model.num_timesteps)}) + "\n", encoding="utf-8"
+                json.dumps(
+                    {
+                        "env": env_name,
+                        "steps": int(model.num_timesteps),
+                        "train_time_s": round(train_time_s, 3),
+                    }
+                )
+                + "\n",
+                encoding="utf-8",
             )
 
         agent = DQNAgent(model)
@@ -341,8 +350,62 @@ def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
         )
     finally:
         torch.set_num_threads(old_threads)
-    extra = {"total_timesteps": int(model.num_timesteps), "train_time_s": round(train_time_s, 3)}
+    extra: dict[str, Any] = {
+        "total_timesteps": int(model.num_timesteps),
+        "train_time_s": round(train_time_s, 3),
+    }
+    if before is not None:
+        extra["before"] = before
     return TrainResult(eval_metrics, episodes, extra)
+
+
+def resume_point(run_dir: Path) -> tuple[Path, int, float] | None:
+    """Where a resumed run continues: (model zip, env steps, train time so far) of the newest intact
+    checkpoint-N.zip or of final/model.zip, whichever holds more steps (a complete run that is asked
+    for more steps continues from its final model, not from an older checkpoint). None: neither."""
+    points = []
+    checkpoint = newest_valid_checkpoint(run_dir, kind="zip")
+    if checkpoint is not None:
+        meta = checkpoint.with_suffix(".json")
+        seconds = float(json.loads(meta.read_text()).get("train_time_s", 0.0)) if meta.is_file() else 0.0
+        points.append((checkpoint, int(checkpoint.stem.split("-")[1]), seconds))
+    final, sidecar = run_dir / FINAL_MODEL, run_dir / FINAL_MODEL.parent / "dqn.json"
+    if final.is_file() and sidecar.is_file():
+        saved = json.loads(sidecar.read_text(encoding="utf-8"))
+        seconds = saved.get("train_time_s")
+        if seconds is None:  # a final model saved without its time: eval.json has it
+            with contextlib.suppress(OSError, ValueError):
+                seconds = json.loads((run_dir / "eval.json").read_text()).get("train_time_s")
+        points.append((final, int(saved["steps"]), float(seconds or 0.0)))
+    return max(points, key=lambda p: p[1]) if points else None
+
+
+def _eval_before(cfg: Any, model: Any, run_dir: Path) -> dict[str, Any] | None:
+    """The greedy policy of the untrained Q-network on the held-out seeds (eval.json's `before`, as for
+    the LLM trainers), written once to eval_before.json and read back on resume."""
+    from agentrl.diagnostics import diagnostics_section
+    from agentrl.envs import env_factory
+    from agentrl.evaluation import eval_seeds, evaluate
+    from agentrl.runlog import write_json
+
+    path = run_dir / "eval_before.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    if int(model.num_timesteps) > 0:  # resumed without the file: the untrained network is gone
+        return None
+    before, played = evaluate(
+        env_factory(cfg.env),
+        DQNAgent(model),
+        eval_seeds(cfg),
+        lockstep=bool(cfg.eval.get("lockstep", True)),
+        description=f"eval dqn {cfg.env.name} before training",
+    )
+    diagnostics = diagnostics_section(played)
+    if diagnostics is not None:
+        before["diagnostics"] = diagnostics
+    write_json(path, before)
+    model.policy.set_training_mode(True)  # DQNAgent switched it off for playing
+    return before
 
 
 def snake_apples(episodes: Sequence[Any]) -> float:
