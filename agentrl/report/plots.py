@@ -65,7 +65,8 @@ def plot_style(index: int) -> Style:
     )
 
 
-StyleKey = tuple[str, str, str, str]  # (agent, model, variant, status; "" for complete runs)
+#: (method head `agent / model [marker]`, "-", variant, status; "" for complete runs)
+StyleKey = tuple[str, str, str, str]
 
 
 def style_map(keys: Iterable[StyleKey]) -> dict[StyleKey, Style]:
@@ -75,7 +76,7 @@ def style_map(keys: Iterable[StyleKey]) -> dict[StyleKey, Style]:
 
 
 def _style_keys(runs: Sequence[RunRecord]) -> list[StyleKey]:
-    return [(r.agent, r.model, r.variant, "" if r.status == COMPLETE else r.status) for r in runs]
+    return [(r.head, "-", r.variant, "" if r.status == COMPLETE else r.status) for r in runs]
 
 
 @dataclass(frozen=True)
@@ -436,7 +437,7 @@ def figure_final_eval(groups: Sequence[GroupSummary], styles: dict[StyleKey, Sty
 
     envs = sorted({g.env for g in groups})
     per_env = {e: [g for g in groups if g.env == e] for e in envs}
-    keys = {id(g): (g.agent, g.model, g.variant, "") for g in groups}
+    keys = {id(g): (g.head, "-", g.variant, "") for g in groups}
     styles = styles if styles is not None else style_map(keys.values())
     labeller = _Labeller.of(list(keys.values()))
     labels = {id(g): labeller(keys[id(g)], width=34) + f"\n({seeds_text(g)})" for g in groups}
