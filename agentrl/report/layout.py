@@ -8,7 +8,7 @@ tables are in the markdown and CSV files; this is only how they are printed.
 
 from __future__ import annotations
 
-import textwrap
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,27 @@ def _text_width(text: str) -> int:
     return max((len(line) for line in text.split("\n")), default=0)
 
 
+def _header_words(text: str) -> list[str]:
+    """A header's unbreakable pieces: words, and the parts of a snake_case name after each `_`."""
+    return [piece for word in text.split() for piece in re.findall(r"[^_]*_|[^_]+", word)]
+
+
 def _word_width(text: str) -> int:
-    return max((len(word) for word in text.split()), default=0)
+    return max((len(word) for word in _header_words(text)), default=0)
+
+
+def wrap_header(text: str, width: int) -> str:
+    """`text` on lines of at most `width` (a longer piece alone on its line), broken between words or
+    after a `_`."""
+    lines: list[str] = []
+    for word in text.split():
+        for k, piece in enumerate(re.findall(r"[^_]*_|[^_]+", word)):
+            joiner = "" if k else " "
+            if lines and len(lines[-1]) + len(joiner) + len(piece) <= width:
+                lines[-1] += joiner + piece
+            else:
+                lines.append(piece)
+    return "\n".join(lines)
 
 
 def column_width(header: str, cells: Sequence[str]) -> int:
@@ -124,7 +143,7 @@ def print_fitted(
                 table.add_column(escape(headers[i]), overflow="fold", max_width=widths[i])
             else:
                 table.add_column(
-                    escape(textwrap.fill(headers[i], widths[i] + (shown[i] or 0), break_long_words=False)),
+                    escape(wrap_header(headers[i], widths[i] + (shown[i] or 0))),
                     justify="right" if i in right else "left",
                     no_wrap=True,
                 )

@@ -20,6 +20,7 @@ bars). Only complete runs count; the others are counted in a note.
 from __future__ import annotations
 
 import csv
+import functools
 import logging
 import math
 import textwrap
@@ -244,9 +245,10 @@ def _md(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows])
 
 
-def main_table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
+def main_table(rows: Sequence[Row], compact: bool = False) -> tuple[list[str], list[list[str]]]:
     """Methods down, envs across: `success` and `return` per env, each `mean ± stderr (n=seeds)`, and
-    the share of untagged answers (`–` where the runs did not record it)."""
+    the share of untagged answers (`–` where the runs did not record it). `compact` (the terminal):
+    n seeds in the success cell only."""
     envs = sorted({r.env for r in rows}, key=_natural)
     methods = sorted({r.method for r in rows}, key=_natural)
     cells = {(r.env, r.method): r for r in rows}
@@ -260,7 +262,11 @@ def main_table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
                 line += [""] * len(MAIN_PER_ENV)
             else:
                 n = f" (n={row.seeds})"
-                line += [_pm(row.success) + n, _pm(row.episode_return) + n, _pm(row.untagged)]
+                line += [
+                    _pm(row.success) + n,
+                    _pm(row.episode_return) + ("" if compact else n),
+                    _pm(row.untagged),
+                ]
         table.append(line)
     return headers, table
 
@@ -366,7 +372,8 @@ def print_paper_report(report: PaperReport, console: Any) -> None:
     from agentrl.report.layout import print_fitted, print_paths
 
     titles = {MAIN: "Results by env and method", ZERO_SHOT: "Zero-shot vs trained", TRANSFER: "Transfer"}
-    builders = {MAIN: main_table, ZERO_SHOT: zero_shot_table, TRANSFER: transfer_table}
+    builders = {MAIN: functools.partial(main_table, compact=True), ZERO_SHOT: zero_shot_table}
+    builders[TRANSFER] = transfer_table
     keys = {MAIN: 1, ZERO_SHOT: 2, TRANSFER: 3}
     for name in (MAIN, ZERO_SHOT, TRANSFER):
         rows = report.section(name)
@@ -478,9 +485,14 @@ def figure_paper_curves(runs: Sequence[PaperRun], styles: dict[str, Any]) -> Any
     return fig
 
 
+#: panels per row of `paper_bars.png`
+BAR_COLUMNS = 4
+
+
 def figure_paper_bars(rows: Sequence[Row], styles: dict[str, Any]) -> Any:
-    """Grouped bars of the main table: envs along x, one bar per method, success rate and mean return
-    panels, error bars ± stderr over seeds, n seeds under each bar."""
+    """The main table as bars: a grid of small panels, one per env and metric (success rate, then mean
+    return), up to `BAR_COLUMNS` per row; one bar per method with a ± stderr error bar, a marker at
+    its value (a zero bar stays visible) and n seeds as the bar's tick label."""
     if not rows:
         return None
     import matplotlib
@@ -492,64 +504,65 @@ def figure_paper_bars(rows: Sequence[Row], styles: dict[str, Any]) -> Any:
     envs = sorted({r.env for r in rows}, key=_natural)
     methods = sorted({r.method for r in rows}, key=_natural)
     cells = {(r.env, r.method): r for r in rows}
-    width = 0.8 / len(methods)
+    ncols = min(BAR_COLUMNS, len(envs))
+    env_rows = math.ceil(len(envs) / ncols)
+    metrics = (("success", "success rate"), ("episode_return", "mean return"))
     fig, axes = plt.subplots(
-        1, 2, figsize=(max(8.0, 2.0 * len(envs) * 2 + 4.0), 4.4), squeeze=False, layout="constrained"
+        env_rows * len(metrics),
+        ncols,
+        figsize=(2.9 * ncols + 3.4, 2.5 * env_rows * len(metrics) + 0.8),
+        squeeze=False,
+        layout="constrained",
     )
-    for ax, (attr, ylabel) in zip(
-        axes[0],
-        (("success", "success rate (held-out episodes)"), ("episode_return", "mean episode return")),
-        strict=True,
-    ):
-        for k, method in enumerate(methods):
-            xs, means, errs, ns = [], [], [], []
-            for e, env in enumerate(envs):
-                row = cells.get((env, method))
-                if row is None:
-                    continue
+    for m_i, (attr, ylabel) in enumerate(metrics):
+        for e_i in range(env_rows * ncols):
+            ax = axes[m_i * env_rows + e_i // ncols][e_i % ncols]
+            if e_i >= len(envs):
+                ax.set_visible(False)
+                continue
+            env = envs[e_i]
+            present = [m for m in methods if (env, m) in cells]
+            for x, method in enumerate(present):
+                row = cells[(env, method)]
                 mean, err = getattr(row, attr)
-                xs.append(e - 0.4 + width * (k + 0.5))
-                means.append(0.0 if math.isnan(mean) else mean)
-                errs.append(0.0 if math.isnan(err) else err)
-                ns.append(row.seeds)
-            style = styles[method]
-            ax.bar(
-                xs,
-                means,
-                width=width * 0.92,
-                yerr=errs,
-                capsize=3,
-                color=style.colour,
-                hatch=style.hatch,
-                edgecolor="black",
-                linewidth=0.5,
-            )
-            for x, m, n in zip(xs, means, ns, strict=True):
-                ax.annotate(
-                    f"n={n}",
-                    (x, 0),
-                    xytext=(0, -2 if m >= 0 else 2),
-                    textcoords="offset points",
-                    ha="center",
-                    va="top" if m >= 0 else "bottom",
-                    fontsize=7,
+                mean = 0.0 if math.isnan(mean) else mean
+                style = styles[method]
+                ax.bar(
+                    x,
+                    mean,
+                    width=0.8,
+                    yerr=0.0 if math.isnan(err) else err,
+                    capsize=3,
+                    color=style.colour,
+                    hatch=style.hatch,
+                    edgecolor="black",
+                    linewidth=0.5,
                 )
-        ax.set_xticks(range(len(envs)))
-        ax.set_xticklabels(envs, fontsize=9)
-        ax.tick_params(axis="x", pad=12)
-        ax.set_ylabel(ylabel, fontsize=9)
-        ax.set_xlabel("environment", fontsize=9)
-        ax.axhline(0, color="black", lw=0.6)
-        ax.grid(axis="y", alpha=0.3)
-        if attr == "success":
-            ax.set_ylim(0, 1.05)
-        ax.set_title(ylabel.split(" (")[0], fontsize=10)
+                ax.plot([x], [mean], marker="_", markersize=14, mew=2.2, color="black", zorder=4)
+            ax.set_xticks(range(len(present)))
+            ax.set_xticklabels(
+                [f"n={cells[(env, m)].seeds}" for m in present],
+                fontsize=7,
+                rotation=90 if len(present) > 4 else 0,
+            )
+            ax.set_xlim(-0.6, max(len(present), 1) - 0.4)
+            ax.axhline(0, color="black", lw=0.6)
+            ax.grid(axis="y", alpha=0.3)
+            ax.tick_params(axis="y", labelsize=7)
+            if attr == "success":
+                ax.set_ylim(0, 1.05)
+            ax.set_title(f"{env}: {ylabel}", fontsize=9)
+            if e_i % ncols == 0:
+                ax.set_ylabel(ylabel, fontsize=8)
     handles = [
         Patch(facecolor=styles[m].colour, hatch=styles[m].hatch, edgecolor="black", label=_wrapped(m))
         for m in methods
     ]
     fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
-    fig.suptitle("Final held-out eval by method (error bars: ± stderr over seeds)", fontsize=11)
+    fig.suptitle(
+        "Final held-out eval by method (error bars: ± stderr over seeds; black tick: the value; n seeds)",
+        fontsize=10,
+    )
     return fig
 
 
