@@ -157,14 +157,13 @@ def _errors_to_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_errors_to_exit
 def envs() -> None:
     """List the environments, their gymnasium ids, actions and variants."""
+    from rich.markup import escape
     from rich.table import Table
 
     from agentrl.config import group_options
     from agentrl.envs import ENV_SPECS, make_env
 
-    table = Table(title="agentrl environments")
-    for col in ("env", "gymnasium id", "actions", "variant", "description"):
-        table.add_column(col)
+    rows = []
     for name, spec in ENV_SPECS.items():
         try:
             env = make_env(name)
@@ -174,11 +173,32 @@ def envs() -> None:
                 else f"{len(env.action_names)} actions"
             )
         except Exception as exc:  # an env that cannot be built is shown, not fatal
-            actions = f"[red]unavailable: {exc}[/red]"
+            actions = f"unavailable: {exc}"
         variant = ", ".join(f"{k}={v}" for k, v in spec.defaults.items()) or "-"
-        table.add_row(name, spec.gym_id, actions, variant, spec.description)
+        rows.append((name, spec.gym_id, actions, variant, spec.description))
+    # the names and gymnasium ids are what a user copies: never cut or folded. Where five columns
+    # would squeeze the text, the name and id share a column and the rest wraps beside them.
+    fixed = max(len(r[0]) for r in rows) + max(len(r[1]) for r in rows)
+    wide = console.width >= fixed + 90
+    table = Table(title="agentrl environments", show_lines=not wide)
+    if wide:
+        table.add_column("env", no_wrap=True)
+        table.add_column("gymnasium id", no_wrap=True)
+        for col in ("actions", "variant", "description"):
+            table.add_column(col, ratio=1)
+    else:
+        table.add_column("env\ngymnasium id", no_wrap=True)
+        table.add_column("actions · variant · description", ratio=1)
+    for name, gym_id, actions, variant, description in rows:
+        unavailable = actions.startswith("unavailable: ")
+        shown = f"[red]{escape(actions)}[/red]" if unavailable else escape(actions)
+        if wide:
+            table.add_row(name, gym_id, shown, escape(variant), escape(description))
+        else:
+            details = f"actions: {shown}\nvariant: {escape(variant)}\n{escape(description)}"
+            table.add_row(f"{name}\n{gym_id}", details)
     console.print(table)
-    console.print(f"config options (env=...): {', '.join(group_options('env'))}")
+    console.print(f"config options (env=...): {', '.join(group_options('env'))}", soft_wrap=True)
 
 
 @app.command(

@@ -464,7 +464,7 @@ def test_dqn_and_llm_curves_are_on_different_axes(tmp_path):
         _msgrpo_run(tmp_path / f"msgrpo{seed}", seed, [])
     runs = _load(tmp_path)
     styles = style_map(_style_keys(runs))
-    colour = {key[0]: to_rgba(style.colour) for key, style in styles.items()}
+    colour = {key[0].split(" / ")[0]: to_rgba(style.colour) for key, style in styles.items()}  # algo / model
     fig = figure_learning_curves(runs, "frozenlake", styles)
     try:
         families_per_axes = []
@@ -645,10 +645,13 @@ def test_tictactoe_outcome_shares_are_rates_not_losses(tmp_path):
 
 def test_printed_tables_fit_an_80_column_terminal(outputs, tmp_path):
     console = Console(record=True, width=80)
-    build_report([outputs], out_dir=tmp_path / "rep", console=console)
+    report = build_report([outputs], out_dir=tmp_path / "rep", console=console)
     printed = console.export_text()
-    lines = printed.splitlines()
+    tables, _, wrote = printed.partition("Wrote:\n")
+    lines = tables.splitlines()
     assert max(len(line) for line in lines) <= 80
+    # the written files: one whole path a line (soft wrap: the terminal wraps, a copy stays one line)
+    assert wrote.split() == [str(p) for p in report.files]
     # numbers stay whole, one group per row, and the per-run table stays in report.md
     assert "0.250 ± 0.144" in printed and "0.625 ± 0.125" in printed
     assert any(line.lstrip().startswith("msgrpo / qwen2.5-3b") for line in lines)

@@ -43,7 +43,7 @@ class DecisionSummary:
 
     @property
     def key(self) -> tuple[str, str, str, str]:
-        return (self.group.agent, self.group.model, self.group.variant, "")
+        return (self.group.head, "-", self.group.variant, "")
 
     def rate(self, part: str, whole: str) -> float:
         n = self.knowing.get(whole, 0)
@@ -332,27 +332,19 @@ def diagnostics_markdown(groups: Sequence[GroupSummary]) -> list[str]:
 
 
 def print_diagnostics(groups: Sequence[GroupSummary], console: Any) -> None:
-    """The diagnostics table per env on the terminal (nothing when no run has diagnostics)."""
-    from rich import box
-    from rich.markup import escape
-    from rich.table import Table
+    """The diagnostics table per env on the terminal (nothing when no run has diagnostics); split into
+    several tables, each with the group column, where it is wider than the terminal."""
+    from agentrl.report.layout import print_fitted
 
     summaries = summarise_decisions(groups)
     for env in sorted({s.group.env for s in summaries}):
-        table = Table(
-            title=f"{env}: decision-making diagnostics (episodes pooled over seeds)",
-            title_justify="left",
-            box=box.SIMPLE,
-            pad_edge=False,
-        )
         rows = decision_rows([s for s in summaries if s.group.env == env])
         # columns empty for every group (no rationales: no knowing-doing) only cost width
         shown = [i for i in range(len(DECISION_HEADERS)) if i == 0 or any(r[i] != "–" for r in rows)]
-        for i in shown:
-            if i == 0:
-                table.add_column(DECISION_HEADERS[i], overflow="fold", ratio=1, min_width=16)
-            else:
-                table.add_column(DECISION_HEADERS[i], justify="right", no_wrap=True)
-        for row in rows:
-            table.add_row(*(escape(row[i]) for i in shown))
-        console.print(table)
+        print_fitted(
+            console,
+            f"{env}: decision-making diagnostics (episodes pooled over seeds)",
+            [DECISION_HEADERS[i] for i in shown],
+            [[r[i] for i in shown] for r in rows],
+            right=range(1, len(shown)),
+        )

@@ -20,6 +20,7 @@ bars). Only complete runs count; the others are counted in a note.
 from __future__ import annotations
 
 import csv
+import functools
 import logging
 import math
 import textwrap
@@ -36,7 +37,6 @@ from agentrl.report.runs import (
     RunRecord,
     _natural,
     _seed_values,
-    family_of,
     find_runs,
     load_run,
     mean_stderr,
@@ -46,6 +46,8 @@ from agentrl.report.runs import (
 log = logging.getLogger(__name__)
 
 MAIN, ZERO_SHOT, TRANSFER = "main", "zero_shot_vs_trained", "transfer"
+#: the main table's columns per env
+MAIN_PER_ENV = ("success", "return", "untagged")
 #: variant keys that say where a model is served or stored, not what the method is
 NOT_METHOD_KEYS = frozenset({"model.base_url", "model.name_or_path", "from_run_env"})
 CSV_COLUMNS = [
@@ -58,6 +60,8 @@ CSV_COLUMNS = [
     "success_stderr",
     "return_mean",
     "return_stderr",
+    "untagged_rate_mean",
+    "untagged_rate_stderr",
     "before_success_mean",
     "before_success_stderr",
     "before_return_mean",
@@ -95,6 +99,7 @@ class Row:
     before_success: tuple[float, float] = (math.nan, math.nan)
     before_return: tuple[float, float] = (math.nan, math.nan)
     trained_env_success: float = math.nan
+    untagged: tuple[float, float] = (math.nan, math.nan)  # eval.json untagged_rate; nan: not recorded
 
     def csv_row(self) -> dict[str, Any]:
         def num(x: float) -> Any:
@@ -110,6 +115,8 @@ class Row:
             "success_stderr": num(self.success[1]),
             "return_mean": num(self.episode_return[0]),
             "return_stderr": num(self.episode_return[1]),
+            "untagged_rate_mean": num(self.untagged[0]),
+            "untagged_rate_stderr": num(self.untagged[1]),
             "before_success_mean": num(self.before_success[0]),
             "before_success_stderr": num(self.before_success[1]),
             "before_return_mean": num(self.before_return[0]),
@@ -145,23 +152,13 @@ def _method_items(record: RunRecord) -> tuple[str, ...]:
 def paper_run(record: RunRecord) -> PaperRun:
     """Method and envs of one complete run. An `eval from_run=` takes the method of the training run it
     evaluated (read from that run's directory when it still exists, else from eval.json)."""
-    ev = record.eval
     if record.is_training:
         return PaperRun(
             record, _head(record.agent, record.model), _method_items(record), record.env, record.env
         )
-    if ev.get("from_run"):
-        trained_env = ev.get("trained_env")
-        source = Path(str(ev["from_run"]))
-        origin = load_run(source) if (source / ".hydra" / "config.yaml").is_file() else None
-        if origin is not None and origin.status != "corrupt":
-            head, items = _head(origin.agent, origin.model), _method_items(origin)
-            trained_env = trained_env or origin.env
-        else:
-            algo = str(ev.get("algo") or ev.get("agent") or record.agent)
-            model = "-" if family_of(algo) == "dqn" else record.model
-            head, items = _head(algo, model), ()
-        trained_env = str(trained_env or record.env)
+    if record.marker:  # load_run named it by the trained run it evaluated
+        trained_env = record.trained_env or record.env
+        head, items = _head(record.agent, record.model), _method_items(record)
         return PaperRun(record, head, items, record.env, trained_env, reeval=trained_env == record.env)
     return PaperRun(record, _head(record.agent, record.model), _method_items(record), record.env, None)
 
@@ -198,6 +195,7 @@ def _row(section: str, env: str, method: str, members: list[PaperRun], trained_e
         trained_env=trained_env,
         before_success=_stat(records, lambda r: r.before("success_rate")),
         before_return=_stat(records, lambda r: r.before("mean_return")),
+        untagged=_stat(records, lambda r: r.metric("untagged_rate")),
     )
 
 
@@ -247,28 +245,43 @@ def _md(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows])
 
 
-def main_table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
-    """Methods down, envs across: `success` and `return` per env, each `mean ± stderr (n=seeds)`."""
+def main_table(rows: Sequence[Row], compact: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Methods down, envs across: `success` and `return` per env, each `mean ± stderr (n=seeds)`, and
+    the share of untagged answers (`–` where the runs did not record it). `compact` (the terminal):
+    n seeds in the success cell only."""
     envs = sorted({r.env for r in rows}, key=_natural)
     methods = sorted({r.method for r in rows}, key=_natural)
     cells = {(r.env, r.method): r for r in rows}
-    headers = ["method", *(f"{env} {what}" for env in envs for what in ("success", "return"))]
+    headers = ["method", *(f"{env} {what}" for env in envs for what in MAIN_PER_ENV)]
     table = []
     for method in methods:
         line = [method]
         for env in envs:
             row = cells.get((env, method))
             if row is None:
-                line += ["", ""]
+                line += [""] * len(MAIN_PER_ENV)
             else:
                 n = f" (n={row.seeds})"
-                line += [_pm(row.success) + n, _pm(row.episode_return) + n]
+                line += [
+                    _pm(row.success) + n,
+                    _pm(row.episode_return) + ("" if compact else n),
+                    _pm(row.untagged),
+                ]
         table.append(line)
     return headers, table
 
 
 def zero_shot_table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
-    headers = ["env", "method", "seeds", "success before", "success after", "return before", "return after"]
+    headers = [
+        "env",
+        "method",
+        "seeds",
+        "success before",
+        "success after",
+        "return before",
+        "return after",
+        "untagged after",
+    ]
     return headers, [
         [
             r.env,
@@ -278,13 +291,23 @@ def zero_shot_table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
             _pm(r.success),
             _pm(r.before_return),
             _pm(r.episode_return),
+            _pm(r.untagged),
         ]
         for r in rows
     ]
 
 
 def transfer_table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
-    headers = ["trained on", "evaluated on", "method", "seeds", "success", "return", "success on trained env"]
+    headers = [
+        "trained on",
+        "evaluated on",
+        "method",
+        "seeds",
+        "success",
+        "return",
+        "untagged",
+        "success on trained env",
+    ]
     return headers, [
         [
             str(r.trained_env),
@@ -293,6 +316,7 @@ def transfer_table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
             str(r.seeds),
             _pm(r.success),
             _pm(r.episode_return),
+            _pm(r.untagged),
             "–" if math.isnan(r.trained_env_success) else f"{r.trained_env_success:.3f}",
         ]
         for r in rows
@@ -340,29 +364,36 @@ def render_paper_markdown(report: PaperReport) -> str:
 
 
 def print_paper_report(report: PaperReport, console: Any) -> None:
-    from rich import box
+    """The three tables on the terminal. A table wider than the terminal is split into several, each
+    with the identifying columns (method; env and method; trained on, evaluated on and method): the
+    main table into tables of a few envs each."""
     from rich.markup import escape
-    from rich.table import Table
+
+    from agentrl.report.layout import print_fitted, print_paths
 
     titles = {MAIN: "Results by env and method", ZERO_SHOT: "Zero-shot vs trained", TRANSFER: "Transfer"}
-    builders = {MAIN: main_table, ZERO_SHOT: zero_shot_table, TRANSFER: transfer_table}
+    builders = {MAIN: functools.partial(main_table, compact=True), ZERO_SHOT: zero_shot_table}
+    builders[TRANSFER] = transfer_table
+    keys = {MAIN: 1, ZERO_SHOT: 2, TRANSFER: 3}
     for name in (MAIN, ZERO_SHOT, TRANSFER):
         rows = report.section(name)
         if not rows:
             continue
         headers, body = builders[name](rows)
-        table = Table(
-            title=f"{titles[name]} (mean ± stderr over seeds)", title_justify="left", box=box.SIMPLE
+        per_env = len(MAIN_PER_ENV)
+        together = [range(i, i + per_env) for i in range(1, len(headers), per_env)] if name == MAIN else ()
+        print_fitted(
+            console,
+            f"{titles[name]} (mean ± stderr over seeds)",
+            headers,
+            body,
+            keys=keys[name],
+            together=together,
         )
-        for i, h in enumerate(headers):
-            table.add_column(h, overflow="fold", no_wrap=i > 0 and name == MAIN)
-        for line in body:
-            table.add_row(*map(escape, line))
-        console.print(table)
     if report.common:
         console.print(escape(f"All methods share: {report.common}"))
     if report.files:
-        console.print(escape("Wrote " + ", ".join(str(p) for p in report.files)), overflow="fold")
+        print_paths(console, "Wrote:", report.files)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,9 +485,14 @@ def figure_paper_curves(runs: Sequence[PaperRun], styles: dict[str, Any]) -> Any
     return fig
 
 
+#: panels per row of `paper_bars.png`
+BAR_COLUMNS = 4
+
+
 def figure_paper_bars(rows: Sequence[Row], styles: dict[str, Any]) -> Any:
-    """Grouped bars of the main table: envs along x, one bar per method, success rate and mean return
-    panels, error bars ± stderr over seeds, n seeds under each bar."""
+    """The main table as bars: a grid of small panels, one per env and metric (success rate, then mean
+    return), up to `BAR_COLUMNS` per row; one bar per method with a ± stderr error bar, a marker at
+    its value (a zero bar stays visible) and n seeds as the bar's tick label."""
     if not rows:
         return None
     import matplotlib
@@ -468,64 +504,65 @@ def figure_paper_bars(rows: Sequence[Row], styles: dict[str, Any]) -> Any:
     envs = sorted({r.env for r in rows}, key=_natural)
     methods = sorted({r.method for r in rows}, key=_natural)
     cells = {(r.env, r.method): r for r in rows}
-    width = 0.8 / len(methods)
+    ncols = min(BAR_COLUMNS, len(envs))
+    env_rows = math.ceil(len(envs) / ncols)
+    metrics = (("success", "success rate"), ("episode_return", "mean return"))
     fig, axes = plt.subplots(
-        1, 2, figsize=(max(8.0, 2.0 * len(envs) * 2 + 4.0), 4.4), squeeze=False, layout="constrained"
+        env_rows * len(metrics),
+        ncols,
+        figsize=(2.9 * ncols + 3.4, 2.5 * env_rows * len(metrics) + 0.8),
+        squeeze=False,
+        layout="constrained",
     )
-    for ax, (attr, ylabel) in zip(
-        axes[0],
-        (("success", "success rate (held-out episodes)"), ("episode_return", "mean episode return")),
-        strict=True,
-    ):
-        for k, method in enumerate(methods):
-            xs, means, errs, ns = [], [], [], []
-            for e, env in enumerate(envs):
-                row = cells.get((env, method))
-                if row is None:
-                    continue
+    for m_i, (attr, ylabel) in enumerate(metrics):
+        for e_i in range(env_rows * ncols):
+            ax = axes[m_i * env_rows + e_i // ncols][e_i % ncols]
+            if e_i >= len(envs):
+                ax.set_visible(False)
+                continue
+            env = envs[e_i]
+            present = [m for m in methods if (env, m) in cells]
+            for x, method in enumerate(present):
+                row = cells[(env, method)]
                 mean, err = getattr(row, attr)
-                xs.append(e - 0.4 + width * (k + 0.5))
-                means.append(0.0 if math.isnan(mean) else mean)
-                errs.append(0.0 if math.isnan(err) else err)
-                ns.append(row.seeds)
-            style = styles[method]
-            ax.bar(
-                xs,
-                means,
-                width=width * 0.92,
-                yerr=errs,
-                capsize=3,
-                color=style.colour,
-                hatch=style.hatch,
-                edgecolor="black",
-                linewidth=0.5,
-            )
-            for x, m, n in zip(xs, means, ns, strict=True):
-                ax.annotate(
-                    f"n={n}",
-                    (x, 0),
-                    xytext=(0, -2 if m >= 0 else 2),
-                    textcoords="offset points",
-                    ha="center",
-                    va="top" if m >= 0 else "bottom",
-                    fontsize=7,
+                mean = 0.0 if math.isnan(mean) else mean
+                style = styles[method]
+                ax.bar(
+                    x,
+                    mean,
+                    width=0.8,
+                    yerr=0.0 if math.isnan(err) else err,
+                    capsize=3,
+                    color=style.colour,
+                    hatch=style.hatch,
+                    edgecolor="black",
+                    linewidth=0.5,
                 )
-        ax.set_xticks(range(len(envs)))
-        ax.set_xticklabels(envs, fontsize=9)
-        ax.tick_params(axis="x", pad=12)
-        ax.set_ylabel(ylabel, fontsize=9)
-        ax.set_xlabel("environment", fontsize=9)
-        ax.axhline(0, color="black", lw=0.6)
-        ax.grid(axis="y", alpha=0.3)
-        if attr == "success":
-            ax.set_ylim(0, 1.05)
-        ax.set_title(ylabel.split(" (")[0], fontsize=10)
+                ax.plot([x], [mean], marker="_", markersize=14, mew=2.2, color="black", zorder=4)
+            ax.set_xticks(range(len(present)))
+            ax.set_xticklabels(
+                [f"n={cells[(env, m)].seeds}" for m in present],
+                fontsize=7,
+                rotation=90 if len(present) > 4 else 0,
+            )
+            ax.set_xlim(-0.6, max(len(present), 1) - 0.4)
+            ax.axhline(0, color="black", lw=0.6)
+            ax.grid(axis="y", alpha=0.3)
+            ax.tick_params(axis="y", labelsize=7)
+            if attr == "success":
+                ax.set_ylim(0, 1.05)
+            ax.set_title(f"{env}: {ylabel}", fontsize=9)
+            if e_i % ncols == 0:
+                ax.set_ylabel(ylabel, fontsize=8)
     handles = [
         Patch(facecolor=styles[m].colour, hatch=styles[m].hatch, edgecolor="black", label=_wrapped(m))
         for m in methods
     ]
     fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
-    fig.suptitle("Final held-out eval by method (error bars: ± stderr over seeds)", fontsize=11)
+    fig.suptitle(
+        "Final held-out eval by method (error bars: ± stderr over seeds; black tick: the value; n seeds)",
+        fontsize=10,
+    )
     return fig
 
 

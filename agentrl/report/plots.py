@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 _LINESTYLES = ("-", "--", "-.", ":")
 _MARKERS = ("s", "^", "D", "v", "P", "X", "<", ">")  # "o" and "*" mark the before/final evals
 _HATCHES = ("", "//", "..", "xx")
+#: a path value longer than this is shortened in a plot label
+PATH_IN_LABEL = 24
+#: a curve with at most this many points has each one marked
+FEW_POINTS = 3
 _BEFORE = dict(marker="o", markerfacecolor="white", markersize=7, markeredgewidth=1.6, linestyle="none")
 _FINAL = dict(marker="*", markersize=12, markeredgecolor="black", markeredgewidth=0.6, linestyle="none")
 
@@ -65,7 +69,8 @@ def plot_style(index: int) -> Style:
     )
 
 
-StyleKey = tuple[str, str, str, str]  # (agent, model, variant, status; "" for complete runs)
+#: (method head `agent / model [marker]`, "-", variant, status; "" for complete runs)
+StyleKey = tuple[str, str, str, str]
 
 
 def style_map(keys: Iterable[StyleKey]) -> dict[StyleKey, Style]:
@@ -75,7 +80,7 @@ def style_map(keys: Iterable[StyleKey]) -> dict[StyleKey, Style]:
 
 
 def _style_keys(runs: Sequence[RunRecord]) -> list[StyleKey]:
-    return [(r.agent, r.model, r.variant, "" if r.status == COMPLETE else r.status) for r in runs]
+    return [(r.head, "-", r.variant, "" if r.status == COMPLETE else r.status) for r in runs]
 
 
 @dataclass(frozen=True)
@@ -113,10 +118,21 @@ def _wrap(text: str, width: int = 30) -> list[str]:
     return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
 
 
+def _short_path_item(item: str) -> str:
+    """`key=…/<last two parts>` for an override whose value is a long path: a legend names, it does
+    not locate (report.md and the CSVs keep the whole path)."""
+    key, sep, value = item.partition("=")
+    parts = value.strip("'\"").split("/")
+    if not sep or len(value) <= PATH_IN_LABEL or len(parts) < 3:
+        return item
+    return f"{key}=…/{'/'.join(parts[-2:])}"
+
+
 def _plot_label(head: str, variant: str, width: int = 30, max_lines: int = 4) -> str:
-    """A legend / tick label: `head` (agent and model), then the variant's overrides wrapped to `width`."""
+    """A legend / tick label: `head` (agent and model), then the variant's overrides wrapped to `width`,
+    long paths shortened (`_short_path_item`)."""
     lines: list[str] = []
-    for item in variant.split():
+    for item in map(_short_path_item, variant.split()):
         if lines and len(lines[-1]) + len(item) + 1 <= width:
             lines[-1] += " " + item
         else:
@@ -224,20 +240,22 @@ def _draw_group(
     ax: Any, group: _PlotGroup, curves: list[tuple[np.ndarray, np.ndarray]], scale: float
 ) -> None:
     """Each run as a line; with several runs (seeds) thin lines plus the mean ± stderr band over their
-    common x range (linearly interpolated)."""
+    common x range (linearly interpolated). A run of few points (a short DQN run logs one row per
+    `log_every` env steps) has every point marked, which a line alone would not show."""
     st = group.style
     several = len(curves) >= 2
     for xs, ys in curves:
+        few = len(xs) <= FEW_POINTS
         ax.plot(
             xs / scale,
             ys,
             color=st.colour,
             linestyle=st.linestyle,
             lw=0.8 if several else 1.8,
-            alpha=0.4 if several else 1.0,
-            marker=None if several else st.marker,
-            markevery=max(1, len(xs) // 8),
-            markersize=4,
+            alpha=0.6 if several and few else 0.4 if several else 1.0,
+            marker=st.marker if few or not several else None,
+            markevery=1 if few else max(1, len(xs) // 8),
+            markersize=6 if few else 4,
         )
     if several:
         lo, hi = max(c[0][0] for c in curves), min(c[0][-1] for c in curves)
@@ -436,7 +454,7 @@ def figure_final_eval(groups: Sequence[GroupSummary], styles: dict[StyleKey, Sty
 
     envs = sorted({g.env for g in groups})
     per_env = {e: [g for g in groups if g.env == e] for e in envs}
-    keys = {id(g): (g.agent, g.model, g.variant, "") for g in groups}
+    keys = {id(g): (g.head, "-", g.variant, "") for g in groups}
     styles = styles if styles is not None else style_map(keys.values())
     labeller = _Labeller.of(list(keys.values()))
     labels = {id(g): labeller(keys[id(g)], width=34) + f"\n({seeds_text(g)})" for g in groups}

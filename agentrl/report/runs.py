@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from agentrl.errors import RunDirError
 
@@ -21,18 +22,34 @@ log = logging.getLogger(__name__)
 #: algorithms whose policy is not an LLM (the `model` config group is irrelevant for them); their
 #: metrics.jsonl `iteration` counts env steps, so their curves get their own x-axis
 NON_LLM_ALGOS = frozenset({"dqn"})
-#: agents that are not LLMs
-NON_LLM_AGENTS = frozenset({"random", "planner", "human"})
+#: agents that are not LLMs (their `model` config group is irrelevant: a label never names one)
+NON_LLM_AGENTS = frozenset({"random", "planner", "human", "dqn"})
+#: eval overrides that name a model file or directory a training run wrote; an eval of a trained model
+#: is identified by the run and checkpoint they resolve to (`RunRecord.marker`), never by the path text
+MODEL_PATH_KEYS = frozenset({"agent.path", "model.name_or_path"})
+#: eval overrides `from_run=` derives from the trained run's own eval settings (agentrl/run.py
+#: `from_run_overrides`): part of "evaluated as its run did", not a variant of their own
+FROM_RUN_SAMPLING = {
+    "agent.sampling.temperature": "eval_temperature",
+    "agent.sampling.max_new_tokens": "max_new_tokens",
+}
+#: an eval of a trained model's keys that choose where it is evaluated (a transfer preset and its env,
+#: which the env column shows), not what the model is
+FROM_RUN_CHOICE_KEYS = frozenset({"experiment", "from_run_env"})
+#: the label suffix of an eval of a trained run's model (from_run= or a DQN's agent.path=)
+FROM_RUN_MARKER = "from_run eval"
 #: override keys that are table columns already
 COLUMN_KEYS = frozenset({"env", "agent", "algo", "model", "seed", "task", "name"})
 #: override keys that say how a run was executed, logged, checkpointed or resumed, not what it
 #: computes, so they never define a variant. The time limit is here because the iterations a run
-#: reached are its own column; the periodic-eval keys change only the curve's sampling.
+#: reached are its own column; the periodic-eval keys change only the curve's sampling; `eval.episodes`
+#: changes how precisely the same quantity is measured (its stderr), not the quantity.
 BOOKKEEPING_KEYS = frozenset(
     {
         "resume",
         "from_run",
         "eval.transcripts",
+        "eval.episodes",
         "eval.lockstep",
         "algo.time_limit_minutes",
         "algo.torch_threads",
@@ -95,6 +112,7 @@ RUN_COLUMNS = [
     "env",
     "agent",
     "model",
+    "from_run",
     "seed",
     "overrides",
     "other_overrides",
@@ -103,6 +121,7 @@ RUN_COLUMNS = [
     "return_stderr",
     "mean_length",
     "invalid_rate",
+    "untagged_rate",
     "episodes",
     "iterations",
     "train_time_s",
@@ -111,9 +130,11 @@ RUN_COLUMNS = [
     "error",
 ]
 GROUP_COLUMNS = [
+    "label",
     "env",
     "agent",
     "model",
+    "from_run",
     "variant",
     "seeds",
     "runs",
@@ -123,6 +144,7 @@ GROUP_COLUMNS = [
     "return_stderr",
     "length_mean",
     "invalid_rate_mean",
+    "untagged_rate_mean",
     "train_time_s_mean",
     "before_success_mean",
     "before_return_mean",
@@ -143,8 +165,14 @@ def env_metric_name(key: str) -> str | None:
 
 
 def family_of(agent: str) -> str:
-    """`dqn` (x-axis: env steps) or `llm` (x-axis: iterations)."""
-    return "dqn" if agent in NON_LLM_ALGOS else "llm"
+    """`dqn` (x-axis: env steps) or `llm` (x-axis: iterations), of an algorithm or a `method_head`."""
+    return "dqn" if agent.split(" ")[0] in NON_LLM_ALGOS else "llm"
+
+
+def method_head(agent: str, model: str = "-", marker: str = "") -> str:
+    """`agent / model [marker]`; an agent without a model (`-`: a classic agent, DQN) is named alone."""
+    head = " / ".join(p for p in (agent, model) if p and p != "-")
+    return f"{head} [{marker}]" if marker else head
 
 
 @dataclass
@@ -164,13 +192,22 @@ class RunRecord:
     curve: list[dict[str, Any]] = field(default_factory=list)  # metrics.jsonl rows
     error: str = ""  # why the run is not complete, or what could not be read
     label: str = ""  # short name for tables: the path from the searched directory's name down
+    marker: str = ""  # FROM_RUN_MARKER (and the checkpoint) for an eval of a trained run's model
+    trained_run: str = ""  # that run's directory and checkpoint, `<dir>:<checkpoint>`
+    trained_env: str | None = None  # the env that trained model was trained on
 
     def __post_init__(self) -> None:
         self.label = self.label or str(self.path)
 
     @property
-    def group_key(self) -> tuple[str, str, str, str]:
-        return (self.env, self.agent, self.model, self.variant)
+    def group_key(self) -> tuple[str, str, str, str, str]:
+        return (self.env, self.agent, self.model, self.marker, self.variant)
+
+    @property
+    def head(self) -> str:
+        """`msgrpo / tiny-random`, `planner`, `dqn [from_run eval]`: what played, as every table,
+        CSV and plot names it."""
+        return method_head(self.agent, self.model, self.marker)
 
     @property
     def variant(self) -> str:
@@ -223,6 +260,7 @@ class RunRecord:
             "env": self.env,
             "agent": self.agent,
             "model": self.model,
+            "from_run": self.trained_run,
             "seed": "" if self.seed is None else self.seed,
             "overrides": self.variant,
             "other_overrides": " ".join(self.other_overrides),
@@ -231,6 +269,7 @@ class RunRecord:
             "return_stderr": self.raw("return_stderr"),
             "mean_length": self.raw("mean_length"),
             "invalid_rate": self.raw("invalid_rate"),
+            "untagged_rate": self.raw("untagged_rate"),
             "episodes": self.raw("episodes"),
             "iterations": _blank(_integral(self.progress) if self.is_training else None),
             "train_time_s": self.raw("train_time_s"),
@@ -260,6 +299,8 @@ class GroupSummary:
     before_success: float = math.nan
     before_return: float = math.nan
     env_metrics: dict[str, tuple[float, float]] = field(default_factory=dict)
+    marker: str = ""  # RunRecord.marker of its runs
+    untagged_rate: float = math.nan  # mean over seeds of the runs that report it
 
     @property
     def seeds(self) -> int:
@@ -267,19 +308,24 @@ class GroupSummary:
         return len(_by_seed(self.runs))
 
     @property
+    def head(self) -> str:
+        return method_head(self.agent, self.model, self.marker)
+
+    @property
     def label(self) -> str:
         return " / ".join(self.head_and_variant)
 
     @property
     def head_and_variant(self) -> list[str]:
-        head = " / ".join([self.agent] + ([self.model] if self.model != "-" else []))
-        return [head] + ([self.variant] if self.variant else [])
+        return [self.head] + ([self.variant] if self.variant else [])
 
     def row(self, env_metric_names: Sequence[str] = ()) -> dict[str, Any]:
         row = {
+            "label": self.label,
             "env": self.env,
             "agent": self.agent,
             "model": self.model,
+            "from_run": " ".join(sorted({r.trained_run for r in self.runs if r.trained_run})),
             "variant": self.variant,
             "seeds": self.seeds,
             "runs": len(self.runs),
@@ -289,6 +335,7 @@ class GroupSummary:
             "return_stderr": _blank(self.episode_return[1]),
             "length_mean": _blank(self.length),
             "invalid_rate_mean": _blank(self.invalid_rate),
+            "untagged_rate_mean": _blank(self.untagged_rate),
             "train_time_s_mean": _blank(self.train_time_s),
             "before_success_mean": _blank(self.before_success),
             "before_return_mean": _blank(self.before_return),
@@ -373,6 +420,7 @@ def load_run(run_dir: Path) -> RunRecord:
         notes.append(f"metrics.jsonl: {bad_lines} unreadable line(s)")
     record.error = "; ".join(notes)
     _fill_from_eval(record)
+    _describe_trained_model(record, cfg)
     return record
 
 
@@ -496,6 +544,129 @@ def _fill_from_eval(record: RunRecord) -> None:
         record.seed = int(ev["seed"])
 
 
+def _describe_trained_model(record: RunRecord, cfg: dict[str, Any]) -> None:
+    """An eval of a trained run's model is named by that run: its algorithm, model and variant, the
+    `FROM_RUN_MARKER` (with the checkpoint when it is not the final model), and the eval's own
+    overrides that change results. `from_run=<run>` and a DQN's `agent.path=<run or its zip>` of one
+    model so land in one group, whatever path text named it. An LLM eval that names a trained model
+    with `model.name_or_path=` but not its run's settings stays the base agent's, its path shortened."""
+    if record.task != "eval":
+        return
+    found = _trained_source(record, cfg)
+    if found is None:
+        record.overrides = [_short_model_path(o, record.path) for o in record.overrides]
+        return
+    root, checkpoint = found
+    origin = _origin_config(root)
+    algo = _name(origin.get("algo")) or str(record.eval.get("algo") or record.agent)
+    record.agent = algo
+    record.model = "-" if algo in NON_LLM_ALGOS else (_name(origin.get("model")) or record.model)
+    record.marker = FROM_RUN_MARKER + ("" if checkpoint.split("/")[0] == "final" else f", {checkpoint}")
+    record.trained_run = f"{root}:{checkpoint}"
+    trained_env = record.eval.get("trained_env") or _name(origin.get("env"))
+    record.trained_env = str(trained_env) if trained_env else record.env
+    inherited = _load_overrides(root / ".hydra" / "overrides.yaml")
+    trained_variant = [o for o in inherited if override_key(o) not in COLUMN_KEYS and not is_bookkeeping(o)]
+    own = [
+        o
+        for o in record.overrides
+        if o not in inherited
+        and override_key(o) not in MODEL_PATH_KEYS | FROM_RUN_CHOICE_KEYS
+        and not _inherited_setting(o, origin)
+    ]
+    record.overrides = [*trained_variant, *own]
+
+
+def _trained_source(record: RunRecord, cfg: dict[str, Any]) -> tuple[Path, str] | None:
+    """(training run directory, checkpoint) of the model an eval played: eval.json's `from_run` (when
+    the run's model played, not only its settings), or a DQN's `agent.path` inside a training run."""
+    ev = record.eval
+    if ev.get("from_run") and not ev.get("settings_from_run"):
+        return Path(str(ev["from_run"])).resolve(), str(ev.get("checkpoint") or "final")
+    agent = cfg.get("agent") if isinstance(cfg.get("agent"), dict) else {}
+    if agent.get("name") != "dqn" or not agent.get("path"):
+        return None
+    path = _existing(Path(str(agent["path"])), record.path)
+    root = _training_root(path.resolve()) if path is not None else None
+    if root is None:
+        return None
+    model = path
+    if path.is_dir():  # a run directory or its final/: the zip agentrl/agents/dqn.py plays from it
+        model = path / "model.zip" if (path / "model.zip").is_file() else path / "final" / "model.zip"
+    try:
+        return root, model.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def _existing(path: Path, run_dir: Path) -> Path | None:
+    """`path` as the eval that named it meant it: absolute, relative to here, or relative to a
+    directory above the run (the one the eval was started in, which held outputs/)."""
+    if path.is_absolute():
+        return path if path.exists() else None
+    for base in (Path.cwd(), *run_dir.resolve().parents):
+        if (base / path).exists():
+            return base / path
+    return None
+
+
+def _training_root(path: Path) -> Path | None:
+    """The training run directory holding `path` (itself or up to two levels above)."""
+    for candidate in (path, *list(path.parents)[:2]):
+        if (candidate / ".hydra" / "config.yaml").is_file():
+            return candidate if candidate.is_dir() else None
+    return None
+
+
+def _origin_config(root: Path) -> dict[str, Any]:
+    try:
+        return _load_config(root / ".hydra" / "config.yaml")
+    except Exception:  # noqa: BLE001 - a moved or broken run: eval.json's own fields name it
+        return {}
+
+
+def _inherited_setting(override: str, origin: dict[str, Any]) -> bool:
+    """Whether `override` only repeats the trained run's own setting, as `from_run=` writes it: an
+    `agent.*` or `model.*` value equal to the run's config, or the eval sampling copied from its algo
+    config (`FROM_RUN_SAMPLING`)."""
+    key = override_key(override)
+    if "=" not in override or override.startswith("~"):
+        return False
+    source = FROM_RUN_SAMPLING.get(key)
+    if source is not None:
+        path = ["algo", source]
+    elif key.split(".")[0] in ("agent", "model"):
+        path = key.split(".")
+    else:
+        return False
+    node: Any = origin
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    try:
+        value = yaml.safe_load(override.split("=", 1)[1])
+    except yaml.YAMLError:
+        return False
+    if isinstance(value, (int, float)) and isinstance(node, (int, float)):
+        return float(value) == float(node)
+    return value == node
+
+
+def _short_model_path(override: str, run_dir: Path) -> str:
+    """`model.name_or_path=<run dir name>/final` for a path inside a training run (tables and plot
+    legends name the run, not the whole path); any other override unchanged."""
+    if override_key(override) not in MODEL_PATH_KEYS or "=" not in override:
+        return override
+    key, value = override.split("=", 1)
+    path = _existing(Path(value.strip("'\"")), run_dir)
+    root = _training_root(path) if path is not None else None
+    if root is None:
+        return override
+    rel = path.resolve().relative_to(root.resolve()).as_posix()
+    return f"{key}={root.name}" + ("" if rel == "." else f"/{rel}")
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
@@ -560,18 +731,16 @@ def _natural(text: str) -> list[Any]:
 def summarise_groups(runs: Sequence[RunRecord]) -> list[GroupSummary]:
     """Aggregate complete runs over distinct seeds, grouped by (env, agent/algo, model, variant), in
     natural order (lr=2e-6 before lr=10e-6)."""
-    groups: dict[tuple[str, str, str, str], list[RunRecord]] = {}
+    groups: dict[tuple[str, str, str, str, str], list[RunRecord]] = {}
     for run in runs:
         if run.status == COMPLETE:
             groups.setdefault(run.group_key, []).append(run)
     summaries = []
-    for (env, agent, model, variant), members in sorted(
+    for (env, agent, model, marker, variant), members in sorted(
         groups.items(), key=lambda item: [_natural(part) for part in item[0]]
     ):
-        stats = {
-            key: _seed_stat(members, lambda r, key=key: r.metric(key))
-            for key in ("success_rate", "mean_return", "mean_length", "invalid_rate", "train_time_s")
-        }
+        keys = ("success_rate", "mean_return", "mean_length", "invalid_rate", "untagged_rate", "train_time_s")
+        stats = {key: _seed_stat(members, lambda r, key=key: r.metric(key)) for key in keys}
         names = sorted({name for r in members for name in r.env_metrics})
         summaries.append(
             GroupSummary(
@@ -585,6 +754,8 @@ def summarise_groups(runs: Sequence[RunRecord]) -> list[GroupSummary]:
                 length=stats["mean_length"][0],
                 invalid_rate=stats["invalid_rate"][0],
                 train_time_s=stats["train_time_s"][0],
+                marker=marker,
+                untagged_rate=stats["untagged_rate"][0],
                 before_success=_seed_stat(members, lambda r: r.before("success_rate"))[0],
                 before_return=_seed_stat(members, lambda r: r.before("mean_return"))[0],
                 env_metrics={

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentrl.report.diagnostics import diagnostics_markdown, print_diagnostics
+from agentrl.report.layout import print_fitted, print_paths
 from agentrl.report.runs import (
     COMPLETE,
     CORRUPT,
@@ -53,6 +54,11 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
+def _agent_cell(agent: str, marker: str) -> str:
+    """The agent/algo column: `dqn [from_run eval]` for an eval of a trained run's model."""
+    return f"{agent} [{marker}]" if marker else agent
+
+
 def _seeds_cell(group: GroupSummary) -> str:
     n_runs = len(group.runs)
     return str(group.seeds) if n_runs == group.seeds else f"{group.seeds} ({n_runs} runs)"
@@ -69,6 +75,7 @@ RUN_HEADERS = [
     "return ± stderr",
     "length",
     "invalid",
+    "untagged",
     "train time",
 ]
 OTHER_RUN_HEADERS = [
@@ -93,6 +100,7 @@ GROUP_HEADERS = [
     "return",
     "length",
     "invalid",
+    "untagged",
     "train time",
 ]
 
@@ -102,7 +110,7 @@ def run_table_rows(runs: Sequence[RunRecord]) -> list[list[str]]:
         [
             r.label,
             r.env,
-            r.agent,
+            _agent_cell(r.agent, r.marker),
             r.model,
             "" if r.seed is None else str(r.seed),
             r.variant,
@@ -110,6 +118,7 @@ def run_table_rows(runs: Sequence[RunRecord]) -> list[list[str]]:
             _pm(r.metric("mean_return"), r.metric("return_stderr")),
             _fmt(r.metric("mean_length"), 1),
             _fmt(r.metric("invalid_rate")),
+            _fmt(r.metric("untagged_rate")),
             _duration(r.metric("train_time_s")),
         ]
         for r in runs
@@ -132,7 +141,7 @@ def other_run_rows(runs: Sequence[RunRecord]) -> list[list[str]]:
             r.label,
             r.status,
             r.env,
-            r.agent,
+            _agent_cell(r.agent, r.marker),
             r.model,
             "" if r.seed is None else str(r.seed),
             r.variant,
@@ -148,7 +157,7 @@ def group_table_rows(groups: Sequence[GroupSummary]) -> list[list[str]]:
     return [
         [
             g.env,
-            g.agent,
+            _agent_cell(g.agent, g.marker),
             g.model,
             g.variant,
             _seeds_cell(g),
@@ -156,6 +165,7 @@ def group_table_rows(groups: Sequence[GroupSummary]) -> list[list[str]]:
             _pm(*g.episode_return),
             _fmt(g.length, 1),
             _fmt(g.invalid_rate),
+            _fmt(g.untagged_rate),
             _duration(g.train_time_s),
         ]
         for g in groups
@@ -208,7 +218,8 @@ def render_markdown(report: Report) -> str:
         "model and variant; a variant is the overrides that change results, without bookkeeping keys "
         "such as `resume` or `hydra.*`). Success is the share of held-out eval episodes solved; return "
         "is the mean undiscounted episode return; length is in agent moves; invalid is the share of "
-        "moves whose answer was invalid.",
+        "moves whose answer was invalid; untagged is the share of answers without the asked-for answer "
+        "tag that the lenient parser read anyway (– where the run did not record it).",
         "",
         md_table(GROUP_HEADERS, group_table_rows(report.groups)) if report.groups else "_no complete runs_",
         "",
@@ -259,32 +270,24 @@ def print_report(report: Report, console: Any) -> None:
 
     wide = console.width >= WIDE_CONSOLE
     console.print(f"[bold]agentrl report[/bold]: {_counts_line(report)}")
+    headers = ["agent/algo · model · variant", "seeds", "success", "return", "untagged"]
+    headers += ["length", "invalid", "train time"] if wide else []
     for env in sorted({g.env for g in report.groups}):
-        table = Table(
-            title=f"{env}: held-out eval, mean ± stderr over seeds",
-            title_justify="left",
-            box=box.SIMPLE,
-            show_lines=True,
-            pad_edge=False,
-        )
-        table.add_column("agent/algo · model · variant", overflow="fold", ratio=1, min_width=16)
-        table.add_column("seeds", justify="right", no_wrap=True)
-        table.add_column("success", no_wrap=True)
-        table.add_column("return", no_wrap=True)
-        if wide:
-            for h in ("length", "invalid", "train time"):
-                table.add_column(h, justify="right", no_wrap=True)
+        rows = []
         for g in (g for g in report.groups if g.env == env):
-            cells = [
-                escape("\n".join(g.head_and_variant)),
-                _seeds_cell(g),
-                _pm(*g.success),
-                _pm(*g.episode_return),
-            ]
+            cells = ["\n".join(g.head_and_variant), _seeds_cell(g), _pm(*g.success), _pm(*g.episode_return)]
+            cells.append(_fmt(g.untagged_rate))
             if wide:
                 cells += [_fmt(g.length, 1), _fmt(g.invalid_rate), _duration(g.train_time_s)]
-            table.add_row(*cells)
-        console.print(table)
+            rows.append(cells)
+        print_fitted(
+            console,
+            f"{env}: held-out eval, mean ± stderr over seeds",
+            headers,
+            rows,
+            right=[1, 4, 5, 6, 7],
+            show_lines=True,
+        )
     if not report.groups:
         console.print("no complete runs")
     print_target(report.target, console)
@@ -301,13 +304,10 @@ def print_report(report: Report, console: Any) -> None:
         console.print(table)
     complete = [r for r in report.runs if r.status == COMPLETE]
     if wide and complete:
-        table = Table(title="Complete runs", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        for h in RUN_HEADERS:
-            table.add_column(h, overflow="fold", no_wrap=h not in {"run", "overrides"})
-        for row in run_table_rows(complete):
-            table.add_row(*map(escape, row))
-        console.print(table)
+        print_fitted(
+            console, "Complete runs", RUN_HEADERS, run_table_rows(complete), right=[4, 8, 9, 10], fold=[5]
+        )
     elif complete:
         console.print("Per-run table: report.md and report.csv.")
     if report.files:
-        console.print(escape("Wrote " + ", ".join(str(p) for p in report.files)), overflow="fold")
+        print_paths(console, "Wrote:", report.files)

@@ -387,7 +387,7 @@ def print_target(table: TargetTable | None, console: Any) -> None:
     wide = console.width >= 140
     for env in sorted({s.group.env for s in table.summaries}):
         members = [s for s in table.summaries if s.group.env == env]
-        keys = [(s.group.agent, s.group.model, s.group.variant, "") for s in members]
+        keys = [(s.group.head, "-", s.group.variant, "") for s in members]
         labeller = _Labeller.of(keys)
         out = Table(
             title=escape(f"{env}: time to {table.metric} ≥ {table.target:g}, mean ± stderr over seeds"),
@@ -454,7 +454,7 @@ def figure_time_to_target(table: TargetTable, env: str, styles: dict[Any, Any] |
     summaries = [s for s in table.summaries if s.group.env == env]
     if not summaries:
         return None
-    keys = [(s.group.agent, s.group.model, s.group.variant, "") for s in summaries]
+    keys = [(s.group.head, "-", s.group.variant, "") for s in summaries]
     styles = styles or {}
     labeller = _Labeller.of(keys)
     fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.6), sharey=True, layout="constrained")
