@@ -81,6 +81,7 @@ from agentrl.runlog import (
 )
 from agentrl.syncforward import synced_forwards
 from agentrl.trainers.callbacks import (
+    BeforeTraining,
     CheckpointEvery,
     MetricsWriter,
     PeriodicEval,
@@ -1007,7 +1008,12 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     before: dict[str, Any] | None = None
     if before_path.is_file():
         before = json.loads(before_path.read_text())
-    elif algo.eval_before and checkpoint is None:
+
+    def eval_before() -> None:
+        """Runs when training begins (`BeforeTraining`): the engine has prepared the model by then (ZeRO-3's
+        partitions, FSDP's shards on this process's device, mixed precision's autocast around `forward`),
+        so the evaluations before and after training run the same model the same way."""
+        nonlocal before
         before, played = run_eval("eval before training")
         # a bandit-like env: the decision diagnostics before training too (eval.json has them after)
         diagnostics = diagnostics_section(played)
@@ -1017,6 +1023,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
             write_json(before_path, before)
         log.info("Before training: success %.3f return %.3f", before["success_rate"], before["mean_return"])
 
+    wants_before = before is None and algo.eval_before and checkpoint is None
     # -- one iteration's rows --
     seed_limit = int(cfg.eval.seed_offset)
     groups = algo.groups_per_iteration  # per process: each process rolls out its own groups
@@ -1105,6 +1112,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
                 if done_before:
                     bar.advance(n=done_before)
                 for callback in (
+                    BeforeTraining(eval_before) if wants_before else None,
                     RolloutCacheReset(policy.backend, trainer.rollout_backend),
                     TimeLimit(minutes * 60 if minutes else None),
                     PeriodicEval(algo.eval_every, periodic_eval, pending),
