@@ -28,22 +28,33 @@ import torch.distributed as dist
 LOCKED_RUN_DIR = "AGENTRL_LOCKED_RUN_DIR"
 
 
+#: how long a collective waits for the other processes, as Hugging Face's `TrainingArguments.ddp_timeout`
+#: (NCCL's own default is 600 s, less than a rank-0 checkpoint of a 3B model with its optimizer state)
+PROCESS_GROUP_TIMEOUT_S = 1800
+
+
 def launched() -> bool:
-    """True when a launcher started several processes (WORLD_SIZE > 1)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    """True under a launcher: several processes (WORLD_SIZE > 1), or the processes `agentrl train
+    distributed=...` relaunched itself as, even one (`num_processes` null on a machine with one GPU)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 or bool(os.environ.get(LOCKED_RUN_DIR))
 
 
 def active() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def ensure_process_group() -> None:
+def ensure_process_group(timeout_s: float | None = None) -> None:
     """Under a launcher, create the process group now (accelerate's: nccl on CUDA, gloo on CPU) so the
-    model loads onto this process's device and every later collective has a group."""
+    model loads onto this process's device and every later collective has a group. The group keeps the
+    timeout it is created with (the Trainer's own `ddp_timeout` comes too late to apply), so it is given
+    here (default `PROCESS_GROUP_TIMEOUT_S`, which `grpo_config` passes on as `ddp_timeout`)."""
     if launched() and not (dist.is_available() and dist.is_initialized()):
+        from datetime import timedelta
+
         from accelerate import PartialState
 
-        PartialState(cpu=not torch.cuda.is_available())
+        seconds = PROCESS_GROUP_TIMEOUT_S if timeout_s is None else timeout_s
+        PartialState(cpu=not torch.cuda.is_available(), timeout=timedelta(seconds=seconds))
 
 
 def rank() -> int:
@@ -238,6 +249,7 @@ def sharded(accelerator: Any) -> bool:
 
 __all__ = [
     "LOCKED_RUN_DIR",
+    "PROCESS_GROUP_TIMEOUT_S",
     "accelerate_config",
     "launcher_command",
     "active",

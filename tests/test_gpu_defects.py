@@ -4,12 +4,21 @@ GPU count or device matters, a tiny model, and two gloo processes where ranks ma
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from agentrl import distributed as dist
 from agentrl.config import compose_config
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKERS = ROOT / "tests" / "workers"
 
 TINY = [
     "model=tiny-random",
@@ -24,6 +33,13 @@ TINY = [
     "algo.torch_threads=1",
     "eval.episodes=2",
 ]
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1"}
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", dist.LOCKED_RUN_DIR):
+        env.pop(key, None)
+    return env
 
 
 def _cfg(*overrides: str) -> Any:
@@ -59,3 +75,38 @@ def test_the_eval_before_training_runs_on_the_prepared_model(tmp_path, monkeypat
     assert events[-1] == "eval after training"
     assert result.extra["before"]["episodes"] == 2
     assert (tmp_path / "eval_before.json").is_file()
+
+
+def test_the_process_group_gets_the_trainers_timeout(tmp_path):
+    """A7: the process group exists before the Trainer's arguments (the model loads onto each process's
+    device), so it is created with the timeout the Trainer would have used (`ddp_timeout`), not the
+    backend's default (NCCL's 600 s)."""
+    out = tmp_path / "timeout.json"
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    subprocess.run(
+        [*launch, str(WORKERS / "pg_timeout.py"), str(out), "1234"],
+        env=_env(),
+        check=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert json.loads(out.read_text()) == {"group": 1234.0, "trainer": 1234}
+
+
+def test_a_single_relaunched_process_borrows_the_parents_run_directory(tmp_path, monkeypatch):
+    """A9: `distributed=...` with `num_processes` null on a machine with one GPU relaunches one process
+    (WORLD_SIZE=1): it is launched (no second relaunch) and writes into the directory its parent holds."""
+    from agentrl import run
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv(dist.LOCKED_RUN_DIR, str(tmp_path))
+    monkeypatch.setattr(dist, "ensure_process_group", lambda *a, **k: None)
+    assert dist.launched()
+
+    def take():
+        raise AssertionError("the parent holds the lock")
+
+    lock = run._claim(take, resume=False)
+    assert isinstance(lock, run.BorrowedLock) and lock.path == tmp_path.resolve()
+    monkeypatch.delenv(dist.LOCKED_RUN_DIR)
+    assert not dist.launched()

@@ -869,6 +869,7 @@ def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str
         save_only_model=not algo.save_optimizer,
         # DDP: every trainable parameter takes part in each forward (frozen layers do not require grad)
         ddp_find_unused_parameters=False,
+        ddp_timeout=dist.PROCESS_GROUP_TIMEOUT_S,  # the process group already has it (ensure_process_group)
     )
 
 
