@@ -110,3 +110,25 @@ def test_a_single_relaunched_process_borrows_the_parents_run_directory(tmp_path,
     assert isinstance(lock, run.BorrowedLock) and lock.path == tmp_path.resolve()
     monkeypatch.delenv(dist.LOCKED_RUN_DIR)
     assert not dist.launched()
+
+
+def test_candidate_scoring_runs_under_gradient_checkpointing():
+    """A3: TWOSOME's training forward (`candidate_logps` under autograd) with
+    `algo.gradient_checkpointing=true`: checkpointed layers return no KV cache, so the candidates are
+    scored with one plain forward per row instead; the values equal the shared-prefix path's."""
+    from agentrl.agents.scoring import candidate_logps
+    from agentrl.models import load_model
+
+    model, _ = load_model({"name": "tiny-random", "name_or_path": "builtin:tiny-random"}, device="cpu")
+    prompts = [[1, 2, 3, 4, 5], [9, 8, 7], [1, 2, 3, 4, 5]]
+    candidates = [[[50, 51], [60, 61, 62], [70]], [[80]], [[5, 6]]]
+    model.eval()
+    with torch.no_grad():
+        shared, shared_mask = candidate_logps(model, prompts, candidates)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    logps, mask = candidate_logps(model, prompts, candidates)
+    assert torch.equal(mask, shared_mask)
+    assert torch.allclose(logps, shared, atol=1e-5)
+    logps.sum().backward()
+    assert any(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in model.parameters())
