@@ -57,6 +57,22 @@ def ensure_process_group(timeout_s: float | None = None) -> None:
         PartialState(cpu=not torch.cuda.is_available(), timeout=timedelta(seconds=seconds))
 
 
+def pin_one_device(args: Any, device: str) -> None:
+    """One training process on a machine with several visible GPUs trains on the first: the Trainer's
+    arguments count every visible GPU (`n_gpu`) and would wrap the model in `nn.DataParallel`, which
+    TRL's GRPOTrainer refuses. The Trainer places the model on `cuda:0`, so another index is refused."""
+    from agentrl.errors import ConfigError
+
+    index = torch.device(device).index or 0
+    if index != 0:
+        raise ConfigError(
+            f"model.device={device}: one training process runs on cuda:0; choose the GPU with "
+            f"CUDA_VISIBLE_DEVICES={index} and model.device=cuda"
+        )
+    if args.n_gpu > 1:  # reading it first sets up the devices, which would reset it
+        args._n_gpu = 1
+
+
 def rank() -> int:
     return dist.get_rank() if active() else 0
 
@@ -263,6 +279,7 @@ __all__ = [
     "is_main",
     "launched",
     "local_rank",
+    "pin_one_device",
     "rank",
     "shared_atomic_dir",
     "sharded",

@@ -132,3 +132,26 @@ def test_candidate_scoring_runs_under_gradient_checkpointing():
     assert torch.allclose(logps, shared, atol=1e-5)
     logps.sum().backward()
     assert any(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in model.parameters())
+
+
+def test_one_process_with_several_visible_gpus_trains_on_one(tmp_path, monkeypatch):
+    """A2: one process on a node with 4 visible GPUs: TrainingArguments counts them all (`n_gpu`), the
+    Trainer would wrap the model in DataParallel and GRPOTrainer raises; the arguments are pinned to
+    one device (cuda:0) before the model loads, and another device index is refused with the fix."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    from agentrl.config import typed
+    from agentrl.errors import ConfigError
+    from agentrl.trainers.multistep import grpo_config
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    # accelerate's process-wide state would keep the mocked CUDA device for later tests
+    monkeypatch.setattr(AcceleratorState, "_shared_state", {})
+    monkeypatch.setattr(PartialState, "_shared_state", {})
+    algo = typed(_cfg().algo)
+    args = grpo_config(algo, tmp_path, "cuda", 0)
+    assert (str(args.device), args.n_gpu) == ("cuda:0", 1)
+    with pytest.raises(ConfigError, match="model.device=cuda:2: .*CUDA_VISIBLE_DEVICES=2"):
+        grpo_config(algo, tmp_path, "cuda:2", 0)

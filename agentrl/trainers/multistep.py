@@ -830,7 +830,7 @@ def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str
         scheduler = "constant_with_warmup"  # transformers' "constant" ignores warmup_steps silently
     cuda = device.startswith("cuda")
     parts = algo.gradient_accumulation_steps
-    return GRPOConfig(
+    args = GRPOConfig(
         # TRL turns gradient checkpointing on by default; on CPU it costs a second forward and disables
         # the KV cache that the shared-prefix log-prob kernel relies on
         activation_checkpointing=algo.gradient_checkpointing,
@@ -871,6 +871,9 @@ def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str
         ddp_find_unused_parameters=False,
         ddp_timeout=dist.PROCESS_GROUP_TIMEOUT_S,  # the process group already has it (ensure_process_group)
     )
+    if cuda and not dist.launched():
+        dist.pin_one_device(args, device)
+    return args
 
 
 def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResult:
