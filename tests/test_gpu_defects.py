@@ -4,6 +4,7 @@ GPU count or device matters, a tiny model, and two gloo processes where ranks ma
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -155,3 +156,117 @@ def test_one_process_with_several_visible_gpus_trains_on_one(tmp_path, monkeypat
     assert (str(args.device), args.n_gpu) == ("cuda:0", 1)
     with pytest.raises(ConfigError, match="model.device=cuda:2: .*CUDA_VISIBLE_DEVICES=2"):
         grpo_config(algo, tmp_path, "cuda:2", 0)
+
+
+POAD = [
+    "algo=poad",
+    "algo.ppo_epochs=2",
+    "algo.checkpoint_every=1",
+    "algo.eval_before=false",
+    "algo.eval_every=0",
+]
+
+
+def test_the_value_head_has_its_own_optimizer_saved_and_restored(tmp_path, monkeypatch):
+    """A4/A5: the value head sits on the Trainer's device with its own optimizer, outside the model's
+    (FSDP's optimizer state dict raises KeyError on a group of non-module parameters; ZeRO-3 converts
+    only the module's); its Adam moments and schedule are saved with each checkpoint and restored on
+    resume."""
+    from agentrl.trainers import multistep
+
+    trainers: list[Any] = []
+    real_init = multistep.MultiStepTrainer.__init__
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        trainers.append(self)
+
+    monkeypatch.setattr(multistep.MultiStepTrainer, "__init__", spy)
+    multistep.train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path)
+    first = trainers[-1]
+    head = list(first.actor_critic.critic.head.parameters())
+    model_params = {id(p) for group in first.optimizer.param_groups for p in group["params"]}
+    assert not model_params & {id(p) for p in head}
+    assert all(p.device == first.accelerator.device for p in head)
+    saved = torch.load(tmp_path / "checkpoint-1" / multistep.HEAD_OPTIMIZER_FILE, weights_only=True)
+    assert saved["scheduler"]["last_epoch"] == 1 and saved["optimizer"]["state"]
+
+    loaded: list[dict] = []
+    real_load = multistep.MultiStepTrainer._load_head_optimizer
+
+    def load_spy(self: Any, checkpoint: Any) -> None:
+        real_load(self, checkpoint)
+        loaded.append(copy.deepcopy(self.head_optimizer.state_dict()))  # Adam updates it in place
+
+    monkeypatch.setattr(multistep.MultiStepTrainer, "_load_head_optimizer", load_spy)
+    assert not (tmp_path / "checkpoint-2").exists()  # the last iteration is not checkpointed: resume at 1
+    multistep.train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path, resume=True)
+    restored = loaded[0]["state"]
+    for key, moments in saved["optimizer"]["state"].items():
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(restored[key][name], moments[name])
+    assert trainers[-1].head_scheduler.last_epoch == 2
+
+
+@pytest.mark.parametrize(
+    "layout", ["optimizer.bin", "optimizer_0/__0_0.distcp", "global_step1/zero_pp_rank_0.pt"]
+)
+def test_a_sharded_engines_optimizer_state_is_loaded_on_resume(tmp_path, monkeypatch, layout):
+    """B4: FSDP saves the optimizer as `optimizer.bin` (or `optimizer_0/`), DeepSpeed under
+    `global_step*/`, not `optimizer.pt`: the resume hands such a checkpoint to the Trainer's loader
+    instead of treating it as model-only (which restarted Adam and skipped the saved scheduler)."""
+    from transformers import Trainer
+
+    from agentrl.runlog import write_manifest
+    from agentrl.trainers.multistep import MultiStepTrainer
+
+    checkpoint = tmp_path / "checkpoint-1"
+    (checkpoint / layout).parent.mkdir(parents=True, exist_ok=True)
+    (checkpoint / layout).write_bytes(b"state")
+    (checkpoint / "scheduler.pt").write_bytes(b"state")
+    write_manifest(checkpoint, step=1, optimizer=True)
+    loads: list[str] = []
+    monkeypatch.setattr(Trainer, "_load_optimizer_and_scheduler", lambda self, path: loads.append(path))
+    trainer = object.__new__(MultiStepTrainer)
+    trainer.head_optimizer, trainer.use_adaptive_entropy = None, False
+    trainer._load_optimizer_and_scheduler(str(checkpoint))
+    assert loads == [str(checkpoint)]
+
+
+@pytest.mark.parametrize("engine", ["zero2", "zero3"])
+def test_settings_deepspeed_steps_past_are_refused_before_launch(engine):
+    """B1: DeepSpeed's engine steps inside the backward of every pass that synchronises gradients, so a
+    token budget's chunks and further PPO epochs (with their KL gate) would each step: refused."""
+    from agentrl.errors import ConfigError
+
+    base = ["task=train", "model=tiny-random", f"distributed={engine}"]
+    with pytest.raises(ConfigError, match=r"^algo.max_batch_tokens=512: DeepSpeed"):
+        compose_config([*base, "algo=msgrpo", "algo.max_batch_tokens=512"])
+    with pytest.raises(ConfigError, match=r"^algo.ppo_epochs=2: DeepSpeed"):
+        compose_config([*base, "algo=poad", "model.lora.r=4", "algo.ppo_epochs=2"])
+    compose_config([*base, "algo=poad", "model.lora.r=4"])
+    compose_config(
+        ["task=train", "model=tiny-random", "distributed=fsdp2", "algo=msgrpo", "algo.max_batch_tokens=512"]
+    )
+
+
+def test_an_empty_iteration_under_deepspeed_steps_with_a_learning_rate_of_zero(monkeypatch):
+    """B1: no row anywhere (no informative group): the pre-optimizer-step hook that drops the gradients
+    comes after DeepSpeed's step, so the iteration's passes run at a learning rate of 0 (no weight
+    moves) and the rate is back afterwards."""
+    from trl import GRPOTrainer
+
+    from agentrl.trainers.multistep import MultiStepTrainer
+
+    seen: list[float] = []
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))], lr=1e-3)
+    monkeypatch.setattr(
+        GRPOTrainer, "training_step", lambda self, *a, **k: seen.append(optimizer.param_groups[0]["lr"])
+    )
+    trainer = object.__new__(MultiStepTrainer)
+    trainer.is_deepspeed_enabled, trainer.optimizer, trainer.max_batch_tokens = True, optimizer, None
+    trainer._prepare_inputs = lambda inputs: inputs
+    for empty in (True, False):
+        trainer._empty_iteration = empty
+        trainer.training_step(torch.nn.Linear(1, 1), {"completion_ids": None})
+    assert seen == [0.0, 1e-3] and optimizer.param_groups[0]["lr"] == 1e-3
