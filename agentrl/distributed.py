@@ -28,22 +28,49 @@ import torch.distributed as dist
 LOCKED_RUN_DIR = "AGENTRL_LOCKED_RUN_DIR"
 
 
+#: how long a collective waits for the other processes, as Hugging Face's `TrainingArguments.ddp_timeout`
+#: (NCCL's own default is 600 s, less than a rank-0 checkpoint of a 3B model with its optimizer state)
+PROCESS_GROUP_TIMEOUT_S = 1800
+
+
 def launched() -> bool:
-    """True when a launcher started several processes (WORLD_SIZE > 1)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    """True under a launcher: several processes (WORLD_SIZE > 1), or the processes `agentrl train
+    distributed=...` relaunched itself as, even one (`num_processes` null on a machine with one GPU)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 or bool(os.environ.get(LOCKED_RUN_DIR))
 
 
 def active() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def ensure_process_group() -> None:
+def ensure_process_group(timeout_s: float | None = None) -> None:
     """Under a launcher, create the process group now (accelerate's: nccl on CUDA, gloo on CPU) so the
-    model loads onto this process's device and every later collective has a group."""
+    model loads onto this process's device and every later collective has a group. The group keeps the
+    timeout it is created with (the Trainer's own `ddp_timeout` comes too late to apply), so it is given
+    here (default `PROCESS_GROUP_TIMEOUT_S`, which `grpo_config` passes on as `ddp_timeout`)."""
     if launched() and not (dist.is_available() and dist.is_initialized()):
+        from datetime import timedelta
+
         from accelerate import PartialState
 
-        PartialState(cpu=not torch.cuda.is_available())
+        seconds = PROCESS_GROUP_TIMEOUT_S if timeout_s is None else timeout_s
+        PartialState(cpu=not torch.cuda.is_available(), timeout=timedelta(seconds=seconds))
+
+
+def pin_one_device(args: Any, device: str) -> None:
+    """One training process on a machine with several visible GPUs trains on the first: the Trainer's
+    arguments count every visible GPU (`n_gpu`) and would wrap the model in `nn.DataParallel`, which
+    TRL's GRPOTrainer refuses. The Trainer places the model on `cuda:0`, so another index is refused."""
+    from agentrl.errors import ConfigError
+
+    index = torch.device(device).index or 0
+    if index != 0:
+        raise ConfigError(
+            f"model.device={device}: one training process runs on cuda:0; choose the GPU with "
+            f"CUDA_VISIBLE_DEVICES={index} and model.device=cuda"
+        )
+    if args.n_gpu > 1:  # reading it first sets up the devices, which would reset it
+        args._n_gpu = 1
 
 
 def rank() -> int:
@@ -223,6 +250,25 @@ def launcher_command(dcfg: Any, args: list[str], *, cuda: bool, mixed_precision:
     return [*cmd, *module]
 
 
+def refuse_under_deepspeed(max_batch_tokens: int | None, ppo_epochs: int) -> None:
+    """Settings whose optimizer-step logic runs after DeepSpeed's engine has already stepped (it steps
+    inside the backward of every pass that synchronises gradients, and `no_sync` does nothing at
+    ZeRO >= 2): refused, with the setting named."""
+    from agentrl.errors import ConfigError
+
+    if max_batch_tokens:
+        raise ConfigError(
+            f"algo.max_batch_tokens={max_batch_tokens}: DeepSpeed (distributed=zero2/zero3) steps the "
+            "optimizer after every pass of a split micro-batch; set algo.max_batch_tokens=null "
+            "(algo.gradient_checkpointing=true saves memory instead)"
+        )
+    if ppo_epochs > 1:
+        raise ConfigError(
+            f"algo.ppo_epochs={ppo_epochs}: DeepSpeed (distributed=zero2/zero3) steps inside each "
+            "backward, before the epochs' KL gate can act; set algo.ppo_epochs=1 or use distributed=fsdp2"
+        )
+
+
 def sharded(accelerator: Any) -> bool:
     """True under an engine that shards parameters (ZeRO-3, FSDP): every forward is a collective, so
     every process must run the same number of them."""
@@ -238,6 +284,7 @@ def sharded(accelerator: Any) -> bool:
 
 __all__ = [
     "LOCKED_RUN_DIR",
+    "PROCESS_GROUP_TIMEOUT_S",
     "accelerate_config",
     "launcher_command",
     "active",
@@ -251,7 +298,9 @@ __all__ = [
     "is_main",
     "launched",
     "local_rank",
+    "pin_one_device",
     "rank",
+    "refuse_under_deepspeed",
     "shared_atomic_dir",
     "sharded",
     "sum_gradients",

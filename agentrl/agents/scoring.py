@@ -79,13 +79,16 @@ def candidate_logps(
         return empty, empty.bool()
     if any(len(ids) == 0 for ids in flat) or any(len(prompts[i]) == 0 for i in owners):
         raise ValueError("prompts and candidates must not be empty")
+    width = max(len(ids) for ids in flat)
+    targets = torch.tensor([ids + [pad_id] * (width - len(ids)) for ids in flat], device=device)
+    mask = torch.tensor([[True] * len(ids) + [False] * (width - len(ids)) for ids in flat], device=device)
+    if _checkpointing(model):
+        logps = _plain_candidate_logps(model, [list(prompts[i]) for i in owners], targets, mask, pad_id)
+        return torch.where(mask, logps, torch.zeros_like(logps)), mask
     keys: dict[tuple[int, ...], int] = {}
     distinct = [keys.setdefault(tuple(prompts[i]), len(keys)) for i in owners]
     inverse = torch.tensor(distinct, device=device)
     cache, first_logits, prompt_mask, last_position = prefill_shared(model, [list(k) for k in keys], pad_id)
-    width = max(len(ids) for ids in flat)
-    targets = torch.tensor([ids + [pad_id] * (width - len(ids)) for ids in flat], device=device)
-    mask = torch.tensor([[True] * len(ids) + [False] * (width - len(ids)) for ids in flat], device=device)
     # The first token's distribution depends on the prompt only: normalise once per distinct prompt.
     first = torch.log_softmax(first_logits.float(), dim=-1)
     columns = [first[inverse, targets[:, 0]][:, None]]
@@ -104,6 +107,36 @@ def candidate_logps(
         columns.append(rest.gather(-1, targets[:, 1:, None]).squeeze(-1))
     logps = torch.cat(columns, dim=1)
     return torch.where(mask, logps, torch.zeros_like(logps)), mask
+
+
+def _checkpointing(model: Any) -> bool:
+    """True when the model recomputes activations in training: its layers then return no KV cache, so
+    the shared-prefix path cannot run (as in trainers/logps.py)."""
+    checkpointing = getattr(model, "is_activation_checkpointing", None)
+    if checkpointing is None:  # older transformers
+        checkpointing = getattr(model, "is_gradient_checkpointing", False)
+    return bool(checkpointing) and model.training
+
+
+def _plain_candidate_logps(
+    model: Any, prompts: list[list[int]], targets: torch.Tensor, mask: torch.Tensor, pad_id: int
+) -> torch.Tensor:
+    """`candidate_logps`' (N, T) log-probs from one plain forward of each left-padded prompt followed by
+    its right-padded candidate (no cache), the LM head on the candidate positions only."""
+    width_p, width = max(len(p) for p in prompts), targets.size(1)
+    prompt_ids = torch.tensor([[pad_id] * (width_p - len(p)) + p for p in prompts], device=targets.device)
+    prompt_mask = torch.tensor(
+        [[0] * (width_p - len(p)) + [1] * len(p) for p in prompts], device=targets.device
+    )
+    attention = torch.cat([prompt_mask, mask.long()], dim=1)
+    logits = model(
+        input_ids=torch.cat([prompt_ids, targets], dim=1),
+        attention_mask=attention,
+        position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
+        logits_to_keep=width + 1,
+        use_cache=False,
+    ).logits[:, :-1, :]
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, :, None]).squeeze(-1)
 
 
 def score_candidates(

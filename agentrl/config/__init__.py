@@ -144,6 +144,13 @@ def validate(cfg: DictConfig) -> AgentRLConfig:
                 f"algo=twosome scores a different number of candidate actions per row, which "
                 f"distributed={engine} (every forward a collective) cannot train; use distributed=ddp/zero2"
             )
+        if engine in ("zero2", "zero3"):
+            from agentrl.distributed import refuse_under_deepspeed
+
+            budget = getattr(algo, "max_batch_tokens", None)
+            refuse_under_deepspeed(
+                budget if isinstance(budget, int) else None, getattr(algo, "ppo_epochs", 1)
+            )
         if critic and engine in ("zero3", "fsdp2") and model.lora.r == 0:
             raise ConfigError(
                 f"algo={algo.name} with full fine-tuning keeps a frozen copy of the model as the critic's "

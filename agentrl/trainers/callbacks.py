@@ -1,7 +1,8 @@
 """Single-purpose callbacks of the LLM trainer, in the manner of Stable-Baselines3's callbacks: each does
 one thing at one point of the transformers Trainer loop.
 
-Order within an iteration (transformers calls them in the order added): before the optimizer step ->
+`BeforeTraining` runs the evaluation before training once the Trainer has prepared the model. Order
+within an iteration (transformers calls them in the order added): before the optimizer step ->
 `SkipEmptyUpdate`, `PPOEpochs` (value-head clipping, KL gate), `SignalSafePoints` (holds stop signals
 off); after it -> `PPOEpochs` (the further epochs), `RolloutCacheReset`; the end of
 the step -> `TimeLimit`, `PeriodicEval`, `CheckpointEvery`; then the Trainer logs -> `MetricsWriter` (one
@@ -23,6 +24,20 @@ from agentrl import distributed as dist
 from agentrl.trainers.signals import TrainingInterrupted
 
 log = logging.getLogger(__name__)
+
+
+class BeforeTraining(TrainerCallback):
+    """Runs `run()` once when training begins: after the Trainer has prepared the model (the engine's
+    wrapping, sharding and device placement, mixed precision's autocast), before the first iteration."""
+
+    def __init__(self, run: Callable[[], None]):
+        self.run: Callable[[], None] | None = run
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        run, self.run = self.run, None
+        if run is not None:
+            run()
+        return control
 
 
 class RolloutCacheReset(TrainerCallback):
@@ -193,6 +208,7 @@ class MetricsWriter(TrainerCallback):
 
 
 __all__ = [
+    "BeforeTraining",
     "CheckpointEvery",
     "MetricsWriter",
     "PPOEpochs",

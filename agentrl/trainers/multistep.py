@@ -23,7 +23,9 @@ TRL internals overridden (trl 1.16, pinned in pyproject because these move):
   once (exact). CUDA keeps TRL's path unless `algo.shared_prefix` asks for it.
 - `_compute_loss`: TRL's loss, plus the critic's value loss (POAD, TWOSOME, RLFT with GAE); action-level
   rows (TWOSOME) use the clipped surrogate on the candidate-set policy instead of TRL's token loss.
-- `create_optimizer`: adds the value head as its own parameter group (its learning rate, Adam eps 1e-5).
+- The value head has its own AdamW (its learning rate, eps 1e-5) and schedule, outside the model's
+  optimizer: FSDP's and DeepSpeed's optimizer wrappers hold only the module's own parameters. It steps
+  in the pre-optimizer-step hook, and checkpoints carry its state (`value_head_optimizer.pt`).
 - `training_step`: with `algo.max_batch_tokens`, a micro-batch above the budget runs as several
   forward/backward passes (`split_by_tokens`); the gradient is the same.
 - `log`: adds the iteration's rollout metrics to TRL's averaged loss statistics.
@@ -73,6 +75,7 @@ from agentrl.errors import ConfigError
 from agentrl.rollout import collect_groups, informative_group_count
 from agentrl.runlog import (
     MetricsLog,
+    manifest_path,
     newest_valid_checkpoint,
     progress,
     prune_checkpoints,
@@ -81,6 +84,7 @@ from agentrl.runlog import (
 )
 from agentrl.syncforward import synced_forwards
 from agentrl.trainers.callbacks import (
+    BeforeTraining,
     CheckpointEvery,
     MetricsWriter,
     PeriodicEval,
@@ -330,6 +334,22 @@ def _padded_gather(accelerator: Any) -> Callable[[Any], Any]:
     return padded
 
 
+@contextlib.contextmanager
+def zero_learning_rate(optimizer: Any) -> Any:
+    """Every parameter group's learning rate at 0 while inside (AdamW's decoupled weight decay scales with
+    it too, so no weight moves); then the saved rates, except where a scheduler set a new one."""
+    groups = optimizer.param_groups
+    saved = [group["lr"] for group in groups]
+    for group in groups:
+        group["lr"] = 0.0
+    try:
+        yield
+    finally:
+        for group, lr in zip(groups, saved, strict=True):
+            if group["lr"] == 0.0:
+                group["lr"] = lr
+
+
 def split_even(items: list[Any], parts: int) -> list[list[Any]]:
     """`parts` consecutive chunks whose sizes differ by at most one (none dropped)."""
     base, extra = divmod(len(items), parts)
@@ -348,11 +368,15 @@ def split_even(items: list[Any], parts: int) -> list[list[Any]]:
 Collect = Callable[[int], tuple[list[StepSample], dict[str, float]]]
 
 
+#: the value head's optimizer and scheduler state in a checkpoint (the model's are the Trainer's files)
+HEAD_OPTIMIZER_FILE = "value_head_optimizer.pt"
+
+
 @dataclasses.dataclass
 class ActorCritic:
     """What the engine needs for an algorithm with a critic (POAD): the critic, the value head's learning
-    rate (its own optimizer parameter group, Adam eps 1e-5 as in the authors' code), and the value loss's
-    coefficient and clip."""
+    rate (its own optimizer, Adam eps 1e-5 as in the authors' code), and the value loss's coefficient
+    and clip."""
 
     critic: Critic
     learning_rate: float
@@ -395,6 +419,7 @@ class MultiStepTrainer(GRPOTrainer):
         self.ppo_epochs = ppo_epochs
         self.target_kl = target_kl
         self.max_batch_tokens = max_batch_tokens
+        self.head_optimizer, self.head_scheduler = self._head_optimizer()
         self._train_logps: torch.Tensor | None = None  # the last training forward's log-probs (for the KL)
         # rollouts through TRL's vLLM engine (model.backend=vllm): rows get its importance-sampling ratio
         self.rollout_backend: Any = None
@@ -407,13 +432,27 @@ class MultiStepTrainer(GRPOTrainer):
         self._empty_iteration = False
         self.last_saved_step: int | None = None  # the iteration of the newest checkpoint this run wrote
         self.add_callback(SkipEmptyUpdate(lambda: self._empty_iteration))
-        self.add_callback(PPOEpochs(self._before_optimizer_step, self._more_epochs))
+        self.add_callback(PPOEpochs(self._before_optimizer_step, self._after_optimizer_step))
         if self.accelerator.num_processes > 1:
             # each process's micro-batch has its own row count; TRL gathers per-row statistics
             self.accelerator.gather = _padded_gather(self.accelerator)
+        if self.is_deepspeed_enabled:
+            dist.refuse_under_deepspeed(max_batch_tokens, ppo_epochs)
+
+    # -- DeepSpeed: its engine steps inside the last micro-batch's backward --------------------------
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
+        """Under DeepSpeed the engine takes its optimizer step inside the backward of the iteration's
+        last micro-batch, before any pre-optimizer-step hook: an iteration without rows (whose hook
+        would drop the gradients) runs with a learning rate of 0, so the weights stay as they are."""
+        if not self.is_deepspeed_enabled:
+            return self._training_step(model, inputs, num_items_in_batch)
+        model.train()
+        inputs = self._prepare_inputs(inputs)  # builds the iteration (and so knows whether it is empty)
+        with zero_learning_rate(self.optimizer) if self._empty_iteration else contextlib.nullcontext():
+            return self._training_step(model, inputs, num_items_in_batch)
 
     # -- memory: a token budget per forward/backward ----------------------------------------------------
-    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
+    def _training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         """With `max_batch_tokens`, a micro-batch above the budget runs as several forward/backward passes
         (`split_by_tokens`), so no episode length or batch size can exhaust memory; the gradient and the
         returned loss equal the unsplit ones (every chunk's loss is divided by the iteration's total)."""
@@ -703,15 +742,30 @@ class MultiStepTrainer(GRPOTrainer):
         self._epoch_kls: list[float] = []
         self._actor_skips = 0
 
-    def create_optimizer(self, model: Any = None) -> Any:
-        optimizer = super().create_optimizer(model)
-        if self.actor_critic is not None:
-            head = list(self.actor_critic.critic.head.parameters())
-            if not any(p is head[0] for group in optimizer.param_groups for p in group["params"]):
-                optimizer.add_param_group(
-                    {"params": head, "lr": self.actor_critic.learning_rate, "eps": 1e-5, "weight_decay": 0.0}
-                )
-        return optimizer
+    def _head_optimizer(self) -> tuple[Any, Any]:
+        """The value head's AdamW and its learning-rate schedule (the policy's schedule, the head's rate).
+        It lives outside the model's optimizer, which FSDP and DeepSpeed wrap and shard: they hold only the
+        module's own parameters, and the head lives outside the module on every process."""
+        if self.actor_critic is None:
+            return None, None
+        from transformers import get_scheduler
+
+        args = self.args
+        optimizer = torch.optim.AdamW(
+            self.actor_critic.critic.head.parameters(),
+            lr=self.actor_critic.learning_rate,
+            betas=(args.adam_beta1, args.adam_beta2),
+            eps=1e-5,
+            weight_decay=0.0,
+        )
+        scheduler = get_scheduler(
+            args.lr_scheduler_type,
+            optimizer,
+            num_warmup_steps=args.get_warmup_steps(args.max_steps),
+            num_training_steps=args.max_steps,
+            scheduler_specific_kwargs=args.lr_scheduler_kwargs,
+        )
+        return optimizer, scheduler
 
     def _before_optimizer_step(self, model: Any) -> None:
         """Before each optimizer step (every epoch): the value head's own gradient clipping (the Trainer
@@ -729,11 +783,20 @@ class MultiStepTrainer(GRPOTrainer):
                     param.grad = None
             elif self.args.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(head, self.args.max_grad_norm)
+            self.head_optimizer.step()  # a head without gradients (an empty iteration) stays as it is
+            self.head_optimizer.zero_grad(set_to_none=True)
         if self.target_kl is not None and approx_kl > self.target_kl:
             # parameters without a gradient are skipped by torch's optimizers (Adam's moments too)
             for param in (model if model is not None else self.model).parameters():
                 param.grad = None
             self._actor_skips += 1
+
+    def _after_optimizer_step(self, model: Any) -> None:
+        """After the iteration's optimizer step: its further PPO epochs, then the head's schedule advances
+        (once per iteration, as the Trainer's own)."""
+        self._more_epochs(model)
+        if self.head_scheduler is not None:
+            self.head_scheduler.step()
 
     def _more_epochs(self, model: Any) -> None:
         """PPO epochs 2..K of the iteration (the first was the Trainer's step)."""
@@ -788,6 +851,12 @@ class MultiStepTrainer(GRPOTrainer):
                 (staging / name).rmdir()
                 if self.actor_critic is not None:
                     self.actor_critic.critic.save(staging)
+                    if not self.args.save_only_model:
+                        head_state = {
+                            "optimizer": self.head_optimizer.state_dict(),
+                            "scheduler": self.head_scheduler.state_dict(),
+                        }
+                        torch.save(head_state, staging / HEAD_OPTIMIZER_FILE)
                 write_manifest(staging, step=self.state.global_step, optimizer=not self.args.save_only_model)
         self.last_saved_step = self.state.global_step
         if not dist.is_main():
@@ -796,7 +865,8 @@ class MultiStepTrainer(GRPOTrainer):
         log.info("Saved %s%s", root / name, " (model only)" if self.args.save_only_model else "")
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        if checkpoint is None or Path(checkpoint, "optimizer.pt").is_file():
+        self._load_head_optimizer(checkpoint)
+        if checkpoint is None or has_optimizer_state(Path(checkpoint)):
             return super()._load_optimizer_and_scheduler(checkpoint)
         # A model-only checkpoint: Adam's moments restart from zero; the learning-rate schedule continues
         # from the checkpoint's iteration.
@@ -809,10 +879,37 @@ class MultiStepTrainer(GRPOTrainer):
             for _ in range(self.state.global_step):
                 self.lr_scheduler.step()
 
+    def _load_head_optimizer(self, checkpoint: str | None) -> None:
+        """The value head's optimizer and schedule from a checkpoint that has them; without (a model-only
+        checkpoint) the head's Adam restarts and its schedule continues from the checkpoint's iteration."""
+        if checkpoint is None or self.head_optimizer is None:
+            return
+        path = Path(checkpoint, HEAD_OPTIMIZER_FILE)
+        if path.is_file():
+            state = torch.load(path, map_location=self.actor_critic.critic.device, weights_only=True)
+            self.head_optimizer.load_state_dict(state["optimizer"])
+            self.head_scheduler.load_state_dict(state["scheduler"])
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "lr_scheduler.step() before optimizer.step()"
+            for _ in range(self.state.global_step):
+                self.head_scheduler.step()
+
 
 # ---------------------------------------------------------------------------------------------------------
 # the training run
 # ---------------------------------------------------------------------------------------------------------
+def has_optimizer_state(checkpoint: Path) -> bool:
+    """Whether a checkpoint holds the optimizer's state, as its manifest says (written with
+    `algo.save_optimizer`): the files differ by engine (`optimizer.pt`; FSDP's `optimizer.bin` or
+    `optimizer_0/`; DeepSpeed's `global_step*/`), and the Trainer's own loader finds each."""
+    manifest = manifest_path(checkpoint)
+    if manifest.is_file():
+        return bool(json.loads(manifest.read_text()).get("optimizer", True))
+    names = ("optimizer.pt", "optimizer.bin", "optimizer_*", "global_step*")
+    return any(any(checkpoint.glob(name)) for name in names)
+
+
 def resolve_precision(precision: str, device: str) -> str:
     """`algo.precision` on `device`: "auto" is bf16-mixed on CUDA and fp32 elsewhere. Mixed precision keeps
     fp32 master weights, because a bf16 weight cannot take an update below ~1/256 of its own size: at
@@ -829,7 +926,7 @@ def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str
         scheduler = "constant_with_warmup"  # transformers' "constant" ignores warmup_steps silently
     cuda = device.startswith("cuda")
     parts = algo.gradient_accumulation_steps
-    return GRPOConfig(
+    args = GRPOConfig(
         # TRL turns gradient checkpointing on by default; on CPU it costs a second forward and disables
         # the KV cache that the shared-prefix log-prob kernel relies on
         activation_checkpointing=algo.gradient_checkpointing,
@@ -868,7 +965,11 @@ def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str
         save_only_model=not algo.save_optimizer,
         # DDP: every trainable parameter takes part in each forward (frozen layers do not require grad)
         ddp_find_unused_parameters=False,
+        ddp_timeout=dist.PROCESS_GROUP_TIMEOUT_S,  # the process group already has it (ensure_process_group)
     )
+    if cuda and not dist.launched():
+        dist.pin_one_device(args, device)
+    return args
 
 
 def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResult:
@@ -921,7 +1022,10 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     log.info("Trainable parameters: %d", freeze_layers(model, algo.trainable_layers))
     # the critic's trunk is the initial policy: taken now, before any update (or a resume's weights)
     # (RLFT needs one only for its GAE advantage: algo.advantage=gae)
-    critic = Critic(model) if spec.critic or getattr(algo, "advantage", "") == "gae" else None
+    # the value head on this process's device: under ZeRO-3/FSDP the model is not placed there until the
+    # Trainer prepares it
+    needs_critic = spec.critic or getattr(algo, "advantage", "") == "gae"
+    critic = Critic(model, device=args.device) if needs_critic else None
     if critic is not None:
         if checkpoint is not None and not critic.load(checkpoint):
             log.warning("%s has no value head: the critic starts untrained", checkpoint.name)
@@ -1007,7 +1111,12 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     before: dict[str, Any] | None = None
     if before_path.is_file():
         before = json.loads(before_path.read_text())
-    elif algo.eval_before and checkpoint is None:
+
+    def eval_before() -> None:
+        """Runs when training begins (`BeforeTraining`): the engine has prepared the model by then (ZeRO-3's
+        partitions, FSDP's shards on this process's device, mixed precision's autocast around `forward`),
+        so the evaluations before and after training run the same model the same way."""
+        nonlocal before
         before, played = run_eval("eval before training")
         # a bandit-like env: the decision diagnostics before training too (eval.json has them after)
         diagnostics = diagnostics_section(played)
@@ -1017,6 +1126,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
             write_json(before_path, before)
         log.info("Before training: success %.3f return %.3f", before["success_rate"], before["mean_return"])
 
+    wants_before = before is None and algo.eval_before and checkpoint is None
     # -- one iteration's rows --
     seed_limit = int(cfg.eval.seed_offset)
     groups = algo.groups_per_iteration  # per process: each process rolls out its own groups
@@ -1105,6 +1215,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
                 if done_before:
                     bar.advance(n=done_before)
                 for callback in (
+                    BeforeTraining(eval_before) if wants_before else None,
                     RolloutCacheReset(policy.backend, trainer.rollout_backend),
                     TimeLimit(minutes * 60 if minutes else None),
                     PeriodicEval(algo.eval_every, periodic_eval, pending),

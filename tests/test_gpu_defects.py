@@ -1,0 +1,272 @@
+"""Defects of the GPU and sharded paths (issue 22), each checked on the CPU: `torch.cuda` mocked where a
+GPU count or device matters, a tiny model, and two gloo processes where ranks matter
+(tests/test_distributed.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from agentrl import distributed as dist
+from agentrl.config import compose_config
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKERS = ROOT / "tests" / "workers"
+
+TINY = [
+    "model=tiny-random",
+    "agent.prefill='<action>'",
+    "agent.sampling.max_new_tokens=4",
+    "agent.invalid_rule=random",
+    "algo.group_size=2",
+    "algo.groups_per_iteration=1",
+    "algo.gradient_accumulation_steps=1",
+    "algo.save_final=false",
+    "algo.iterations=1",
+    "algo.torch_threads=1",
+    "eval.episodes=2",
+]
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1"}
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", dist.LOCKED_RUN_DIR):
+        env.pop(key, None)
+    return env
+
+
+def _cfg(*overrides: str) -> Any:
+    return compose_config(["task=train", "algo=msgrpo", *TINY, *overrides])
+
+
+def test_the_eval_before_training_runs_on_the_prepared_model(tmp_path, monkeypatch):
+    """A1/B5: the evaluation before training runs after the Trainer's `accelerator.prepare` (ZeRO-3's
+    partitions and FSDP's shards exist only then, and mixed precision's autocast wraps `forward` then),
+    so the evaluations before and after training see the same model."""
+    import accelerate
+
+    import agentrl.evaluation
+    from agentrl.trainers.multistep import train_llm
+
+    events: list[str] = []
+    prepare_model = accelerate.Accelerator.prepare_model
+
+    def recording_prepare(self, model, *args, **kwargs):
+        events.append("prepare")
+        return prepare_model(self, model, *args, **kwargs)
+
+    real = agentrl.evaluation.evaluate
+
+    def evaluate(*args: Any, description: str = "", **kwargs: Any):
+        events.append(description)
+        return real(*args, description=description, **kwargs)
+
+    monkeypatch.setattr(accelerate.Accelerator, "prepare_model", recording_prepare)
+    monkeypatch.setattr(agentrl.evaluation, "evaluate", evaluate)
+    result = train_llm(_cfg("algo.eval_before=true"), tmp_path)
+    assert events.index("prepare") < events.index("eval before training")
+    assert events[-1] == "eval after training"
+    assert result.extra["before"]["episodes"] == 2
+    assert (tmp_path / "eval_before.json").is_file()
+
+
+def test_the_process_group_gets_the_trainers_timeout(tmp_path):
+    """A7: the process group exists before the Trainer's arguments (the model loads onto each process's
+    device), so it is created with the timeout the Trainer would have used (`ddp_timeout`), not the
+    backend's default (NCCL's 600 s)."""
+    out = tmp_path / "timeout.json"
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    subprocess.run(
+        [*launch, str(WORKERS / "pg_timeout.py"), str(out), "1234"],
+        env=_env(),
+        check=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert json.loads(out.read_text()) == {"group": 1234.0, "trainer": 1234}
+
+
+def test_a_single_relaunched_process_borrows_the_parents_run_directory(tmp_path, monkeypatch):
+    """A9: `distributed=...` with `num_processes` null on a machine with one GPU relaunches one process
+    (WORLD_SIZE=1): it is launched (no second relaunch) and writes into the directory its parent holds."""
+    from agentrl import run
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv(dist.LOCKED_RUN_DIR, str(tmp_path))
+    monkeypatch.setattr(dist, "ensure_process_group", lambda *a, **k: None)
+    assert dist.launched()
+
+    def take():
+        raise AssertionError("the parent holds the lock")
+
+    lock = run._claim(take, resume=False)
+    assert isinstance(lock, run.BorrowedLock) and lock.path == tmp_path.resolve()
+    monkeypatch.delenv(dist.LOCKED_RUN_DIR)
+    assert not dist.launched()
+
+
+def test_candidate_scoring_runs_under_gradient_checkpointing():
+    """A3: TWOSOME's training forward (`candidate_logps` under autograd) with
+    `algo.gradient_checkpointing=true`: checkpointed layers return no KV cache, so the candidates are
+    scored with one plain forward per row instead; the values equal the shared-prefix path's."""
+    from agentrl.agents.scoring import candidate_logps
+    from agentrl.models import load_model
+
+    model, _ = load_model({"name": "tiny-random", "name_or_path": "builtin:tiny-random"}, device="cpu")
+    prompts = [[1, 2, 3, 4, 5], [9, 8, 7], [1, 2, 3, 4, 5]]
+    candidates = [[[50, 51], [60, 61, 62], [70]], [[80]], [[5, 6]]]
+    model.eval()
+    with torch.no_grad():
+        shared, shared_mask = candidate_logps(model, prompts, candidates)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    logps, mask = candidate_logps(model, prompts, candidates)
+    assert torch.equal(mask, shared_mask)
+    assert torch.allclose(logps, shared, atol=1e-5)
+    logps.sum().backward()
+    assert any(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in model.parameters())
+
+
+def test_one_process_with_several_visible_gpus_trains_on_one(tmp_path, monkeypatch):
+    """A2: one process on a node with 4 visible GPUs: TrainingArguments counts them all (`n_gpu`), the
+    Trainer would wrap the model in DataParallel and GRPOTrainer raises; the arguments are pinned to
+    one device (cuda:0) before the model loads, and another device index is refused with the fix."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    from agentrl.config import typed
+    from agentrl.errors import ConfigError
+    from agentrl.trainers.multistep import grpo_config
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    # accelerate's process-wide state would keep the mocked CUDA device for later tests
+    monkeypatch.setattr(AcceleratorState, "_shared_state", {})
+    monkeypatch.setattr(PartialState, "_shared_state", {})
+    algo = typed(_cfg().algo)
+    args = grpo_config(algo, tmp_path, "cuda", 0)
+    assert (str(args.device), args.n_gpu) == ("cuda:0", 1)
+    with pytest.raises(ConfigError, match="model.device=cuda:2: .*CUDA_VISIBLE_DEVICES=2"):
+        grpo_config(algo, tmp_path, "cuda:2", 0)
+
+
+POAD = [
+    "algo=poad",
+    "algo.ppo_epochs=2",
+    "algo.checkpoint_every=1",
+    "algo.eval_before=false",
+    "algo.eval_every=0",
+]
+
+
+def test_the_value_head_has_its_own_optimizer_saved_and_restored(tmp_path, monkeypatch):
+    """A4/A5: the value head sits on the Trainer's device with its own optimizer, outside the model's
+    (FSDP's optimizer state dict raises KeyError on a group of non-module parameters; ZeRO-3 converts
+    only the module's); its Adam moments and schedule are saved with each checkpoint and restored on
+    resume."""
+    from agentrl.trainers import multistep
+
+    trainers: list[Any] = []
+    real_init = multistep.MultiStepTrainer.__init__
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        trainers.append(self)
+
+    monkeypatch.setattr(multistep.MultiStepTrainer, "__init__", spy)
+    multistep.train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path)
+    first = trainers[-1]
+    head = list(first.actor_critic.critic.head.parameters())
+    model_params = {id(p) for group in first.optimizer.param_groups for p in group["params"]}
+    assert not model_params & {id(p) for p in head}
+    assert all(p.device == first.accelerator.device for p in head)
+    saved = torch.load(tmp_path / "checkpoint-1" / multistep.HEAD_OPTIMIZER_FILE, weights_only=True)
+    assert saved["scheduler"]["last_epoch"] == 1 and saved["optimizer"]["state"]
+
+    loaded: list[dict] = []
+    real_load = multistep.MultiStepTrainer._load_head_optimizer
+
+    def load_spy(self: Any, checkpoint: Any) -> None:
+        real_load(self, checkpoint)
+        loaded.append(copy.deepcopy(self.head_optimizer.state_dict()))  # Adam updates it in place
+
+    monkeypatch.setattr(multistep.MultiStepTrainer, "_load_head_optimizer", load_spy)
+    assert not (tmp_path / "checkpoint-2").exists()  # the last iteration is not checkpointed: resume at 1
+    multistep.train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path, resume=True)
+    restored = loaded[0]["state"]
+    for key, moments in saved["optimizer"]["state"].items():
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(restored[key][name], moments[name])
+    assert trainers[-1].head_scheduler.last_epoch == 2
+
+
+@pytest.mark.parametrize(
+    "layout", ["optimizer.bin", "optimizer_0/__0_0.distcp", "global_step1/zero_pp_rank_0.pt"]
+)
+def test_a_sharded_engines_optimizer_state_is_loaded_on_resume(tmp_path, monkeypatch, layout):
+    """B4: FSDP saves the optimizer as `optimizer.bin` (or `optimizer_0/`), DeepSpeed under
+    `global_step*/`, not `optimizer.pt`: the resume hands such a checkpoint to the Trainer's loader
+    instead of treating it as model-only (which restarted Adam and skipped the saved scheduler)."""
+    from transformers import Trainer
+
+    from agentrl.runlog import write_manifest
+    from agentrl.trainers.multistep import MultiStepTrainer
+
+    checkpoint = tmp_path / "checkpoint-1"
+    (checkpoint / layout).parent.mkdir(parents=True, exist_ok=True)
+    (checkpoint / layout).write_bytes(b"state")
+    (checkpoint / "scheduler.pt").write_bytes(b"state")
+    write_manifest(checkpoint, step=1, optimizer=True)
+    loads: list[str] = []
+    monkeypatch.setattr(Trainer, "_load_optimizer_and_scheduler", lambda self, path: loads.append(path))
+    trainer = object.__new__(MultiStepTrainer)
+    trainer.head_optimizer, trainer.use_adaptive_entropy = None, False
+    trainer._load_optimizer_and_scheduler(str(checkpoint))
+    assert loads == [str(checkpoint)]
+
+
+@pytest.mark.parametrize("engine", ["zero2", "zero3"])
+def test_settings_deepspeed_steps_past_are_refused_before_launch(engine):
+    """B1: DeepSpeed's engine steps inside the backward of every pass that synchronises gradients, so a
+    token budget's chunks and further PPO epochs (with their KL gate) would each step: refused."""
+    from agentrl.errors import ConfigError
+
+    base = ["task=train", "model=tiny-random", f"distributed={engine}"]
+    with pytest.raises(ConfigError, match=r"^algo.max_batch_tokens=512: DeepSpeed"):
+        compose_config([*base, "algo=msgrpo", "algo.max_batch_tokens=512"])
+    with pytest.raises(ConfigError, match=r"^algo.ppo_epochs=2: DeepSpeed"):
+        compose_config([*base, "algo=poad", "model.lora.r=4", "algo.ppo_epochs=2"])
+    compose_config([*base, "algo=poad", "model.lora.r=4"])
+    compose_config(
+        ["task=train", "model=tiny-random", "distributed=fsdp2", "algo=msgrpo", "algo.max_batch_tokens=512"]
+    )
+
+
+def test_an_empty_iteration_under_deepspeed_steps_with_a_learning_rate_of_zero(monkeypatch):
+    """B1: no row anywhere (no informative group): the pre-optimizer-step hook that drops the gradients
+    comes after DeepSpeed's step, so the iteration's passes run at a learning rate of 0 (no weight
+    moves) and the rate is back afterwards."""
+    from trl import GRPOTrainer
+
+    from agentrl.trainers.multistep import MultiStepTrainer
+
+    seen: list[float] = []
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))], lr=1e-3)
+    monkeypatch.setattr(
+        GRPOTrainer, "training_step", lambda self, *a, **k: seen.append(optimizer.param_groups[0]["lr"])
+    )
+    trainer = object.__new__(MultiStepTrainer)
+    trainer.is_deepspeed_enabled, trainer.optimizer, trainer.max_batch_tokens = True, optimizer, None
+    trainer._prepare_inputs = lambda inputs: inputs
+    for empty in (True, False):
+        trainer._empty_iteration = empty
+        trainer.training_step(torch.nn.Linear(1, 1), {"completion_ids": None})
+    assert seen == [0.0, 1e-3] and optimizer.param_groups[0]["lr"] == 1e-3
