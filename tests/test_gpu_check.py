@@ -120,3 +120,40 @@ def test_weights_that_cannot_move_fail_the_check(tmp_path, capsys):
     assert "gpu_check FAILED: full: weights did not move" in err
     summary = json.loads(out.read_text())
     assert not summary["passed"] and not summary["runs"]["full"]["weights_moved"]["ok"]
+
+
+def test_vllm_logits_check_catches_a_sync_that_carries_nothing(monkeypatch):
+    """The suite's vLLM check with a fake engine: it passes when the sync carries the weights, and fails
+    when it does not."""
+    import copy
+    import sys
+    from types import SimpleNamespace
+
+    from agentrl.models import apply_lora, load_model, model_config
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=dict))
+    base, _ = load_model({"name": "tiny-random", "name_or_path": "builtin:tiny-random"}, device="cpu")
+    model = apply_lora(base, model_config({"name": "t", "name_or_path": "x", "lora": {"r": 4}}).lora).eval()
+
+    class Engine:
+        def __init__(self):
+            self.weights = copy.deepcopy(model)
+
+        def generate(self, prompts, sampling_params, use_tqdm):
+            with torch.no_grad():
+                logits = self.weights(input_ids=torch.tensor([prompts[0]["prompt_token_ids"]])).logits[0, -1]
+            logps = torch.log_softmax(logits.float(), -1)
+            top = logps.topk(sampling_params["logprobs"])
+            entries = {int(t): SimpleNamespace(logprob=float(v)) for v, t in zip(top.values, top.indices, strict=True)}
+            return [SimpleNamespace(outputs=[SimpleNamespace(logprobs=[entries])])]
+
+    for carries, ok in ((True, True), (False, False)):
+        engine = Engine()
+
+        def sync(engine=engine, carries=carries):
+            if carries:
+                engine.weights = copy.deepcopy(model)
+
+        trainer = SimpleNamespace(rollout_backend=SimpleNamespace(generation=SimpleNamespace(llm=engine), sync_weights=sync))
+        result = gpu_check.vllm_logits_check(model, trainer)
+        assert (result["failures"] == []) is ok, result
