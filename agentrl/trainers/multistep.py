@@ -880,6 +880,8 @@ def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str
         save_only_model=not algo.save_optimizer,
         # DDP: every trainable parameter takes part in each forward (frozen layers do not require grad)
         ddp_find_unused_parameters=False,
+        # TRL builds its reference model (beta > 0, full fine-tuning) with these, else in the policy's dtype
+        model_init_kwargs={"dtype": algo.ref_dtype} if getattr(algo, "ref_dtype", None) else None,
     )
 
 
