@@ -510,7 +510,20 @@ def apply_lora(model: Any, lora_cfg: LoRAConfig) -> Any:
         target_modules=targets,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)
+    return get_peft_model(model, config, **lora_dtype_kwargs(model))
+
+
+def lora_dtype_kwargs(model: Any) -> dict[str, Any]:
+    """`get_peft_model` keywords for the adapters' dtype. PEFT upcasts a bf16 base's adapters to fp32 by
+    default (fp32 master weights for them); under DeepSpeed ZeRO-3 the adapters stay in the base's dtype, as
+    TRL's GRPOTrainer does when it wraps PEFT itself (trl/trainer/grpo_trainer.py): ZeRO-3 gathers the
+    persistent (small) parameters into one buffer of the first one's dtype, so bf16 base weights beside
+    fp32 adapters fail at the first step (`TypeError: output tensor must have the same type`, DeepSpeed
+    #8072). DeepSpeed's bf16 optimizer keeps fp32 master copies of the bf16 adapters."""
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+    quantized = getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False)
+    return {"autocast_adapter_dtype": False} if is_deepspeed_zero3_enabled() and not quantized else {}
 
 
 def freeze_layers(model: Any, trainable_layers: int | None) -> int:

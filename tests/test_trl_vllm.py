@@ -434,10 +434,12 @@ def test_importance_metrics_and_sampling_logps_tensor():
     assert tensor[0].tolist() == [-0.5, -1.5] and math.isnan(tensor[1, 0]) and tensor[1, 1] == 0.0
 
 
-def test_training_with_model_backend_vllm_syncs_the_engine_before_every_rollout(tmp_path, monkeypatch):
+@pytest.mark.parametrize("truncation", [[], ["algo.top_k=3"]])
+def test_training_with_model_backend_vllm_syncs_the_engine_before_every_rollout(tmp_path, monkeypatch, truncation):
     """`agentrl train model.backend=vllm`: rollouts come from TRL's engine (here the fake), which holds the
     trained weights whenever it generates, though they move between rollouts; the rows carry TRL's
-    importance-sampling ratio."""
+    importance-sampling ratio, ~1 as the engine holds the trainer's weights, also when the rollouts sample
+    top-k (vLLM's log-probs are of the truncated distribution, and so are the trainer's for the ratio)."""
     import trl.generation.vllm_generation as trl_vllm
 
     from agentrl.config import compose_config
@@ -486,6 +488,7 @@ def test_training_with_model_backend_vllm_syncs_the_engine_before_every_rollout(
             "algo.save_final=false",
             "algo.torch_threads=1",
             "eval.episodes=2",
+            *truncation,
         ]
     )
     train_llm(cfg, tmp_path)
@@ -494,3 +497,4 @@ def test_training_with_model_backend_vllm_syncs_the_engine_before_every_rollout(
     assert engine.fresh and all(engine.fresh)
     assert len(set(engine.sums)) > 1  # the weights moved between rollouts: the syncs carried the updates
     assert ratios and all(torch.isfinite(r).all() for r in ratios)
+    assert all(torch.allclose(r, torch.ones_like(r), atol=1e-3) for r in ratios)  # on-policy, same weights

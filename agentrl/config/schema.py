@@ -784,7 +784,16 @@ class LLMAlgoConfig(Schema):
         "ratio (bf16 generation is several times faster on GPUs and on CPUs with AMX; model.backend=hf)",
         choices=(None, "bfloat16", "float16"),
     )
-    shared_prefix: bool = setting(True, "run each distinct prompt once per batch (rollout and update; exact)")
+    ref_dtype: str | None = setting(
+        None,
+        "beta > 0 under full fine-tuning: dtype of TRL's frozen reference model; null: the policy's (fp32 "
+        "master weights under bf16-mixed: 4 bytes/parameter, 12.4 GB at 3B); bfloat16 halves that (its "
+        "log-probs then carry bf16 rounding, like the bf16-autocast forward of the policy)",
+        choices=(None, "bfloat16", "float32"),
+    )
+    shared_prefix: bool = setting(
+        True, "run each distinct prompt once per batch (rollouts; the update's log-probs on a CPU; exact)"
+    )
     trainable_layers: int | None = setting(
         None, "full FT of only the top N decoder layers (+ final norm); null or 0: all", ge=0
     )

@@ -83,4 +83,56 @@ def shared_prefix_logps(
     return torch.cat(logps, dim=1), torch.cat(entropies, dim=1) if compute_entropy else None
 
 
-__all__ = ["completion_logps", "shared_prefix_logps"]
+def kernel_applies(device_type: str, processes: int) -> bool:
+    """Whether the update's log-probs go through `shared_prefix_logps`: on a CPU with one process. On CUDA
+    (and XPU) TRL's fused LM head scores the completion positions in tiles; the kernel would build
+    full-vocabulary fp32 logits (and entropies) for every completion token instead: ~5 GB per copy at 32
+    rows x 256 tokens x 151,936 for Qwen2.5. With several processes every forward is a collective and
+    the kernel's count depends on the rows."""
+    return device_type not in ("cuda", "xpu") and processes == 1
+
+
+def truncate_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """`logits` with the tokens top-k / top-p sampling drops set to -inf (transformers' warpers, in vLLM's
+    order: top-k, then top-p over what is left), over the last dimension."""
+    from transformers import TopKLogitsWarper, TopPLogitsWarper
+
+    shape = logits.shape
+    flat = logits.reshape(-1, shape[-1])
+    if top_k and top_k > 0:
+        flat = TopKLogitsWarper(int(top_k))(None, flat)
+    if top_p < 1.0:
+        flat = TopPLogitsWarper(float(top_p))(None, flat)
+    return flat.reshape(shape)
+
+
+@torch.no_grad()
+def processed_logps(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_length: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    rows_per_pass: int = 8,
+) -> torch.Tensor:
+    """No-grad log-probs of the last `completion_length` tokens of each row under the distribution a
+    top-k / top-p sampler draws from: log_softmax over the kept tokens of logits / temperature, as vLLM's
+    `processed_logprobs` report them. A token outside the kept set gets -inf. `rows_per_pass` rows per
+    forward bound the (rows, completion, vocab) logits."""
+    out = []
+    for start in range(0, input_ids.size(0), rows_per_pass):
+        ids = input_ids[start : start + rows_per_pass]
+        mask = attention_mask[start : start + rows_per_pass]
+        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        logits = model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=completion_length + 1
+        ).logits[:, :-1, :]
+        logits = truncate_logits(logits.float() / temperature, top_k, top_p)
+        targets = ids[:, -completion_length:]
+        out.append(torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1))
+    return torch.cat(out)
+
+
+__all__ = ["completion_logps", "kernel_applies", "processed_logps", "shared_prefix_logps", "truncate_logits"]

@@ -18,9 +18,9 @@ TRL internals overridden (trl 1.16, pinned in pyproject because these move):
   `split_tensor_dict` drops remainder rows. The row count here varies per iteration (episode lengths,
   sampling), so the rows are built here and split into exactly `steps_per_generation` near-equal
   micro-batches: no row is dropped, none is added. The dataset rows TRL hands in are placeholders.
-- `_get_per_token_logps_and_entropies`: TRL's fused LM head scores every prompt position on devices
-  without Triton (CPU); `trainers/logps.py` scores only completion tokens and runs shared prompt text
-  once (exact). CUDA keeps TRL's path unless `algo.shared_prefix` asks for it.
+- `_get_per_token_logps_and_entropies`: on a CPU with one process, `trainers/logps.py` scores only
+  completion tokens and runs shared prompt text once (exact). CUDA keeps TRL's fused LM head (the kernel
+  would build full-vocabulary fp32 logits); `algo.shared_prefix` then applies to the rollouts.
 - `_compute_loss`: TRL's loss, plus the critic's value loss (POAD, TWOSOME, RLFT with GAE); action-level
   rows (TWOSOME) use the clipped surrogate on the candidate-set policy instead of TRL's token loss.
 - The value head has its own AdamW (its learning rate, eps 1e-5) and schedule, outside the model's
@@ -95,7 +95,7 @@ from agentrl.trainers.callbacks import (
     TimeLimit,
 )
 from agentrl.trainers.critic import Critic, clipped_value_loss
-from agentrl.trainers.logps import shared_prefix_logps
+from agentrl.trainers.logps import kernel_applies, shared_prefix_logps
 from agentrl.trainers.signals import StopSignals, TrainingInterrupted, signal_name
 from agentrl.types import Episode, StepSample, TrainResult
 
@@ -421,8 +421,10 @@ class MultiStepTrainer(GRPOTrainer):
         self.max_batch_tokens = max_batch_tokens
         self.head_optimizer, self.head_scheduler = self._head_optimizer()
         self._train_logps: torch.Tensor | None = None  # the last training forward's log-probs (for the KL)
-        # rollouts through TRL's vLLM engine (model.backend=vllm): rows get its importance-sampling ratio
+        # rollouts through TRL's vLLM engine (model.backend=vllm): rows get its importance-sampling ratio,
+        # taken from the distribution the rollouts sampled from (top-k / top-p truncated)
         self.rollout_backend: Any = None
+        self.rollout_top_k, self.rollout_top_p = 0, 1.0
         self._reset_epoch_stats()
         self.trl_logprobs = False  # force TRL's own log-prob path (benchmarks/trainer_overhead.py)
         self._micro_step = 0
@@ -550,7 +552,9 @@ class MultiStepTrainer(GRPOTrainer):
         cap say (agents/backends/trl_vllm.py)."""
         from agentrl.agents.backends.trl_vllm import importance_ratio, sampling_logps_tensor
 
-        train = self._rollout_logps(batch)
+        truncated = self.rollout_top_k > 0 or self.rollout_top_p < 1.0
+        # vLLM's log-probs are of the truncated, renormalised distribution it samples from: so are these
+        train = self._processed_logps(batch) if truncated else self._rollout_logps(batch)
         width = batch["completion_ids"].size(1)
         sampling = sampling_logps_tensor(rows, width, batch["completion_ids"].device)
         batch["sampling_per_token_logps"] = sampling
@@ -562,8 +566,18 @@ class MultiStepTrainer(GRPOTrainer):
             self.vllm_importance_sampling_clip_max,
             clip_min=self.vllm_importance_sampling_clip_min,
         )
-        if self.ppo_epochs > 1:
+        if self.ppo_epochs > 1 and not truncated:
             batch["old_per_token_logps"] = train  # the same forward the epochs would take
+
+    def _processed_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The rows' completion log-probs under the top-k / top-p distribution the rollouts sampled from."""
+        from agentrl.trainers.logps import processed_logps
+
+        ids, mask, width = self._sequences(batch)
+        with torch.no_grad(), self.compute_loss_context_manager():
+            return processed_logps(
+                self.model, ids, mask, width, self.temperature, self.rollout_top_k, self.rollout_top_p
+            )
 
     @staticmethod
     def _sequences(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -629,10 +643,8 @@ class MultiStepTrainer(GRPOTrainer):
         **multimodal: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         if (
-            (input_ids.device.type in ("cuda", "xpu") and not self.shared_prefix)
-            # several processes: one forward per pass on each (the kernel's count depends on the rows, and
-            # every forward of a DDP/FSDP model is a collective)
-            or self.accelerator.num_processes > 1
+            # CUDA: TRL's fused LM head (no full-vocabulary logits); several processes: one forward per pass
+            not kernel_applies(input_ids.device.type, self.accelerator.num_processes)
             or self.trl_logprobs
             or compute_aux_loss
             or any(v is not None for v in multimodal.values())
@@ -966,6 +978,8 @@ def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str
         # DDP: every trainable parameter takes part in each forward (frozen layers do not require grad)
         ddp_find_unused_parameters=False,
         ddp_timeout=dist.PROCESS_GROUP_TIMEOUT_S,  # the process group already has it (ensure_process_group)
+        # TRL builds its reference model (beta > 0, full fine-tuning) with these, else in the policy's dtype
+        model_init_kwargs={"dtype": algo.ref_dtype} if getattr(algo, "ref_dtype", None) else None,
     )
     if cuda and not dist.launched():
         dist.pin_one_device(args, device)
@@ -1153,6 +1167,8 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
                 max_rounds=algo.max_rollout_rounds,
                 reset_options=reset_options,
             )
+        if hasattr(trainer.rollout_backend, "end_rollout"):
+            trainer.rollout_backend.end_rollout()  # vLLM sleep mode: the engine frees its memory for the update
         rollout_s = time.perf_counter() - start
         rng = np.random.default_rng([seed, iteration, 7])
         if critic is not None:
@@ -1253,19 +1269,40 @@ def vllm_rollouts(trainer: MultiStepTrainer, agent: Any, algo: Any, model_cfg: A
     """`agent` generating through TRL's vLLM engine (`VLLMGeneration`, colocated or a server; built after
     the Trainer, as TRL builds it), which the trainer syncs with the trained weights before every rollout
     and corrects for with importance sampling; `trainer.rollout_backend` is set."""
-    from trl.generation.vllm_generation import VLLMGeneration
-
-    from agentrl.agents.backends.trl_vllm import TRLVLLMBackend, training_view, vllm_generation_kwargs
+    from agentrl.agents.backends import trl_vllm
 
     sampling = agent.effective_sampling()
-    generation = VLLMGeneration(
-        model=trainer.model,
-        accelerator=trainer.accelerator,
-        processing_class=trainer.processing_class,
-        **vllm_generation_kwargs(algo, model_cfg, sampling.max_new_tokens, sampling.stop),
+    kwargs = trl_vllm.vllm_generation_kwargs(
+        algo, model_cfg, sampling.max_new_tokens, sampling.stop, memory=colocate_memory(trainer, algo, model_cfg)
     )
-    trainer.rollout_backend = TRLVLLMBackend(generation, tokenizer)
-    return training_view(agent, trainer.rollout_backend)
+    log.info("vLLM engine: %s", {k: v for k, v in kwargs.items() if k != "generation_kwargs"})
+    generation = trl_vllm.build_generation(trainer.model, trainer.accelerator, trainer.processing_class, **kwargs)
+    trainer.rollout_backend = trl_vllm.TRLVLLMBackend(generation, tokenizer)
+    trainer.rollout_top_k, trainer.rollout_top_p = sampling.top_k, sampling.top_p
+    return trl_vllm.training_view(agent, trainer.rollout_backend)
+
+
+def colocate_memory(trainer: MultiStepTrainer, algo: Any, model_cfg: Any) -> dict[str, Any] | None:
+    """What `colocate_memory_utilization` needs, measured on this process's GPU and models (None without
+    CUDA: the engine then gets the default share)."""
+    from agentrl.agents.backends import trl_vllm
+
+    device = trainer.accelerator.device
+    if getattr(device, "type", str(device)) != "cuda" or not torch.cuda.is_available():
+        return None
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    critic = trainer.actor_critic.critic if trainer.actor_critic is not None else None
+    trunk = critic.trunk if critic is not None and not critic.lora else None
+    vllm_cfg = dict(model_cfg.vllm or {})
+    length = vllm_cfg.get("max_model_length") or vllm_cfg.get("max_model_len")
+    return {
+        "gpu_bytes": torch.cuda.get_device_properties(device).total_memory,
+        "training_bytes": trl_vllm.training_state_bytes(model, trainer.ref_model, trunk),
+        "parameters": trl_vllm.parameter_count(model),
+        "kv_bytes_per_token": trl_vllm.kv_bytes_per_token(model.config),
+        "max_model_length": int(length or model.config.max_position_embeddings),
+        "max_num_seqs": int(vllm_cfg.get("max_num_seqs") or algo.groups_per_iteration * algo.group_size),
+    }
 
 
 def copy_rollouts(trainer: MultiStepTrainer, agent: Any, model: Any, algo: Any, weights_dtype: str) -> Any:

@@ -23,13 +23,30 @@ cache.
   agentrl's algo and model configs (`model.vllm`).
 
 Log-probs. vLLM reports each sampled token's log-prob; TRL builds its colocated engine with
-`logprobs_mode="processed_logprobs"` (vllm_generation.py, `_init_vllm`) and its server command with
-`--logprobs-mode processed_logprobs` (trl/scripts/vllm_serve.py), so they are taken AFTER temperature,
-min_p and top-k/top-p: with top_k > 0 or top_p < 1 they are log-probs of the truncated, renormalised
-distribution. The training forward (TRL's fused LM head, and agentrl's trainers/logps.py) scores
-log_softmax(logits / temperature) without truncation, like the hf backend's log-probs. With truncation the
-ratio train/sampling is therefore at most 1 on every token even for identical weights; TRL has the same
-bias. Use top_k=0, top_p=1 for vLLM training rollouts when that matters.
+`logprobs_mode="processed_logprobs"` (vllm_generation.py, `_init_vllm`), so they are taken AFTER
+temperature and top-k/top-p: with top_k > 0 or top_p < 1 they are log-probs of the truncated, renormalised
+distribution. The trainer's side of the importance ratio is taken from the same processed distribution
+(`trainers/logps.py` `processed_logps`, renormalised over the kept tokens), so on identical weights the
+ratio is 1; the loss itself keeps TRL's log_softmax(logits / temperature). A server must run with
+`--logprobs-mode processed_logprobs` (`trl vllm-serve` sets it): the backend asks the server and refuses
+one that reports another mode.
+
+Weights. `build_generation` builds `AgentrlVLLMGeneration`, TRL's class with one change: for a PEFT model
+it sends each adapted weight as `base + B @ A * scaling` computed out of place, where TRL merges the
+adapter into the bf16 base in place and unmerges it after (each merge/unmerge rounds the base: it drifts
+sync after sync). Sleep mode (`model.vllm.enable_sleep_mode`): TRL's `generate` puts the engine to sleep
+(level 2: weights discarded) after every call and re-sends all weights at the next, i.e. at every env
+step, and under ZeRO-3 that gather is a collective whose count differs between processes. Here the engine
+is woken once per rollout by `sync_weights`, stays awake through the rollout's `generate` calls, and
+`end_rollout` puts it back to sleep before the update: one weight transfer per weights version.
+
+Memory (colocate). The engine shares each training GPU: `colocate_memory_utilization` sizes
+`gpu_memory_utilization` from the model (bf16 weights, the KV cache of one `max_model_length` sequence or
+a full rollout batch, vLLM's overhead) when it is not set, and refuses a setting (or a model) that leaves
+too little room for the training state (weights, gradients, AdamW state, a reference model, a critic's
+trunk copy) plus activations. `tensor_parallel_size > 1` is refused in colocate mode: TRL requires it to
+divide the number of training processes and then makes `generate` a collective over each group, which
+lockstep rollouts (a different number of prompts per process and call) cannot serve.
 
 Seeds. The engine samples from its own generator (seeded once when it is built), so the `seed` an agent
 passes per call is ignored: rollouts are not reproducible run to run, unlike the hf backend's. Never put a
@@ -40,8 +57,8 @@ Several processes. `VLLMGeneration.generate` is a collective in server mode (`ga
 tensor_parallel_size > 1 (`all_gather_object` over the TP group), and it slices the gathered results
 assuming every process passed the same number of prompts. Lockstep rollouts pass a different number of
 active episodes per call and per process, and processes finish their rollouts after different numbers of
-calls, so those modes work with one process only; colocate with tensor_parallel_size=1 (one engine per
-process, no collective in `generate`) works with any number. The constructor enforces this.
+calls, so server mode works with one process only, and colocate mode with tensor_parallel_size=1 (one
+engine per process, no collective in `generate`) with any number. The constructor enforces this.
 """
 
 from __future__ import annotations
@@ -88,8 +105,16 @@ MODEL_VLLM_KEYS = (
     "model_impl",
 )
 MODEL_VLLM_ALIASES = {"max_model_len": "max_model_length", "vllm_mode": "mode"}
-#: TRL's GRPOConfig default for colocate mode (VLLMGeneration's own default, 0.9, leaves no room to train)
+#: colocate's gpu_memory_utilization when the GPU and model are unknown (no CUDA: tests, fakes); on a GPU
+#: `colocate_memory_utilization` sizes it per model
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.3
+#: what the training side keeps free beyond its weights and optimizer state: activations, the allocator's
+#: fragmentation, CUDA context (a share of the GPU plus a fixed amount)
+TRAINING_HEADROOM = (0.10, 4 * 2**30)
+#: vLLM's own memory beyond weights and KV cache (CUDA graphs, sampler, the profile run's activations)
+ENGINE_OVERHEAD_BYTES = 2 * 2**30
+#: prompt + completion tokens per sequence a sized engine keeps KV cache for, for each of max_num_seqs
+SIZED_TOKENS_PER_SEQUENCE = 2048
 #: generation_kwargs that change what is sampled (set through the algo config, never the engine's kwargs)
 _FORBIDDEN_GENERATION_KWARGS = ("seed", "n", "logprobs", "best_of", "use_beam_search", "logits_processors")
 
@@ -121,7 +146,11 @@ def _plain(value: Any) -> dict[str, Any]:
 
 # ---- the engine's kwargs -------------------------------------------------------------------------------
 def vllm_generation_kwargs(
-    algo: Any, model_cfg: Any, max_new_tokens: int, stop: Sequence[str] = ()
+    algo: Any,
+    model_cfg: Any,
+    max_new_tokens: int,
+    stop: Sequence[str] = (),
+    memory: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments of `VLLMGeneration(model=..., accelerator=..., processing_class=..., **these)` for
     training rollouts. The trainer adds the three it owns: `model=trainer.model` (unwrapped; the engine
@@ -138,8 +167,9 @@ def vllm_generation_kwargs(
     - engine: the `model.vllm` keys in `MODEL_VLLM_KEYS` (`max_model_len` is accepted for
       `max_model_length`): `mode` colocate (default: vLLM in each training process, sharing its GPU) or
       server (a `vllm serve` started as `trl vllm-serve` does, at `server_base_url` or
-      `server_host:server_port`); `tensor_parallel_size`, `gpu_memory_utilization` (default 0.3, TRL's
-      GRPOConfig default), `max_model_length`, `max_num_seqs` (default: one rollout round's episodes,
+      `server_host:server_port`); `tensor_parallel_size` (1; colocate refuses others), `gpu_memory_utilization`
+      (colocate with `memory`, the keyword arguments of `colocate_memory_utilization` but the first: sized
+      per model when unset, checked when set; else default 0.3), `max_model_length`, `max_num_seqs` (default: one rollout round's episodes,
       `algo.groups_per_iteration * algo.group_size`, the largest lockstep batch), `enable_sleep_mode`
       (offload the engine between rollouts), `model_impl`, `server_timeout`, `group_port`;
       `trust_remote_code` from the model config. Other keys raise ConfigError: they are `vllm.LLM`
@@ -162,7 +192,17 @@ def vllm_generation_kwargs(
     mode = str(engine.setdefault("mode", "colocate"))
     if mode not in ("colocate", "server"):
         raise ConfigError(f"model.vllm.mode must be colocate or server, not {mode!r}")
-    engine.setdefault("tensor_parallel_size", 1)
+    tp = int(engine.setdefault("tensor_parallel_size", 1))
+    if mode == "colocate" and tp != 1:
+        raise ConfigError(
+            f"model.vllm.tensor_parallel_size={tp}: colocate mode runs one engine per training process "
+            "(TRL requires tensor_parallel_size to divide the process count and then gathers every process's "
+            "prompts, which lockstep rollouts cannot match); use 1, or model.vllm.mode=server with trl vllm-serve"
+        )
+    if memory is not None and mode == "colocate":
+        engine["gpu_memory_utilization"] = colocate_memory_utilization(
+            engine.get("gpu_memory_utilization"), **memory
+        )
     engine.setdefault("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
     groups, group_size = _get(algo, "groups_per_iteration"), _get(algo, "group_size")
     if "max_num_seqs" not in engine and groups and group_size:
@@ -183,6 +223,168 @@ def vllm_generation_kwargs(
         "logprobs": 0,
         "generation_kwargs": {"stop": stops, "include_stop_str_in_output": True} if stops else {},
     }
+
+
+# ---- colocate memory ---------------------------------------------------------------------------------
+def kv_bytes_per_token(config: Any) -> int:
+    """bf16 K and V of one token in every layer (GQA: the key-value heads only)."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    return 2 * int(config.num_hidden_layers) * kv_heads * head_dim * 2
+
+
+def colocate_memory_utilization(
+    utilization: float | None,
+    *,
+    gpu_bytes: int,
+    training_bytes: int,
+    parameters: int,
+    kv_bytes_per_token: int,
+    max_model_length: int,
+    max_num_seqs: int,
+) -> float:
+    """`gpu_memory_utilization` of a colocated engine on a GPU of `gpu_bytes`, next to a training process
+    holding `training_bytes` (weights, gradients, optimizer state, reference model, critic trunk).
+
+    The engine needs its bf16 weights (2 x `parameters`), the KV cache of at least one `max_model_length`
+    sequence (vLLM refuses to start with less) and its overhead; unset, it gets that or the KV cache of
+    `max_num_seqs` sequences of 2048 tokens, whichever is more (one lockstep step's batch), rounded up to
+    0.01. Raises ConfigError when a set value is below the engine's minimum, or when engine and training
+    together leave less than the headroom for activations (10% of the GPU + 4 GiB)."""
+    gib = 2**30
+    weights = 2 * parameters
+    minimum = weights + kv_bytes_per_token * max_model_length + ENGINE_OVERHEAD_BYTES
+    sized = weights + kv_bytes_per_token * max(max_model_length, max_num_seqs * SIZED_TOKENS_PER_SEQUENCE)
+    sized += ENGINE_OVERHEAD_BYTES
+    headroom = TRAINING_HEADROOM[0] * gpu_bytes + TRAINING_HEADROOM[1]
+    room = gpu_bytes - training_bytes - headroom  # what the engine may take
+    fix = "model.lora.r=16, algo.beta=0 or algo.ref_dtype=bfloat16, model.vllm.max_model_length, or mode=server"
+    if utilization is None:  # the sized engine if it fits, else the smallest one that starts
+        utilization = math.ceil(sized / gpu_bytes * 100) / 100
+        if utilization * gpu_bytes > room:
+            utilization = math.ceil(minimum / gpu_bytes * 100) / 100
+    if not 0 < utilization < 1:
+        raise ConfigError(f"model.vllm.gpu_memory_utilization={utilization}: must be in (0, 1)")
+    if utilization * gpu_bytes < minimum:
+        raise ConfigError(
+            f"model.vllm.gpu_memory_utilization={utilization:.2f}: the colocated engine needs "
+            f"{minimum / gib:.1f} GiB ({weights / gib:.1f} GiB bf16 weights, the KV cache of one "
+            f"{max_model_length}-token sequence, overhead) of the {gpu_bytes / gib:.0f} GiB GPU, and the training "
+            f"process holds {training_bytes / gib:.1f} GiB; {fix}"
+        )
+    if utilization * gpu_bytes > room:
+        raise ConfigError(
+            f"model.vllm.gpu_memory_utilization={utilization:.2f}: the engine ({utilization * gpu_bytes / gib:.1f} "
+            f"GiB) and the training state ({training_bytes / gib:.1f} GiB) leave less than "
+            f"{headroom / gib:.1f} GiB of the {gpu_bytes / gib:.0f} GiB GPU for activations; {fix}"
+        )
+    return utilization
+
+
+def training_state_bytes(model: Any, *others: Any) -> int:
+    """Bytes this process holds for training: every parameter of `model` and `others` (a reference model,
+    a critic's trunk copy; None skipped, shared tensors once), plus a gradient and two AdamW moments of each
+    trainable one (in its dtype). Sharded parameters count their local shard (ZeRO-3's `ds_tensor`, a
+    DTensor's local tensor)."""
+    seen: set[int] = set()
+    total = 0
+    for module in (model, *others):
+        if module is None:
+            continue
+        for param in module.parameters():
+            local = getattr(param, "ds_tensor", None)
+            if local is None:
+                local = param.to_local() if hasattr(param, "to_local") else param
+            if local.data_ptr() in seen and local.numel():
+                continue
+            seen.add(local.data_ptr())
+            size = local.numel() * local.element_size()
+            total += size * (4 if param.requires_grad else 1)
+    return total
+
+
+def parameter_count(model: Any) -> int:
+    """The full model's parameter count (ZeRO-3: `ds_numel`; DTensors: their global size)."""
+    return sum(int(getattr(p, "ds_numel", 0) or p.numel()) for p in model.parameters())
+
+
+# ---- the engine: TRL's VLLMGeneration, LoRA weights merged out of place --------------------------------
+def merged_lora_weights(model: Any, full: Any = None) -> Any:
+    """(vLLM name, tensor) of every weight of a PEFT LoRA `model` as vLLM expects them, each adapted weight
+    as `base + sum over active adapters of B @ A * scaling`, computed out of place in fp32 and cast to the
+    base's dtype: the base is never written. Names as TRL's `_iter_named_params` makes them (the PEFT
+    prefixes and `.base_layer` dropped; adapter tensors and `original_module` copies skipped). `full`: maps
+    a parameter to its whole tensor (FSDP2: `DTensor.full_tensor`); default: itself."""
+    from peft.tuners.lora import LoraLayer
+
+    full = full or (lambda t: t)
+    layers = {name: m for name, m in model.named_modules() if isinstance(m, LoraLayer)}
+    prefix = getattr(model, "prefix", "lora_")
+    for name, param in model.named_parameters():
+        if prefix in name or "original_module" in name:
+            continue
+        vllm_name = name.removeprefix("base_model.model.").replace(".base_layer", "")
+        vllm_name = vllm_name.replace("modules_to_save.default.", "").replace("_checkpoint_wrapped_module.", "")
+        owner, _, leaf = name.rpartition(".base_layer.")
+        layer = layers.get(owner) if leaf == "weight" else None
+        value = full(param.detach())
+        if layer is not None and not layer.merged and not layer.disable_adapters:
+            delta = None
+            for adapter in layer.active_adapters:
+                if adapter not in layer.lora_A:
+                    continue
+                if layer.use_dora.get(adapter) or getattr(layer, "lora_bias", {}).get(adapter):
+                    raise BackendError(f"{owner}: DoRA / LoRA bias adapters cannot be sent to vLLM merged")
+                a = full(layer.lora_A[adapter].weight).float()
+                b = full(layer.lora_B[adapter].weight).float()
+                step = (b @ a) * layer.scaling[adapter]
+                step = step.T if getattr(layer, "fan_in_fan_out", False) else step
+                delta = step if delta is None else delta + step
+            if delta is not None:
+                value = (value.float() + delta.to(value.device)).to(value.dtype)
+        yield vllm_name, value
+
+
+_GENERATION_CLASSES: dict[type, type] = {}
+
+
+def generation_class(base: type | None = None) -> type:
+    """`AgentrlVLLMGeneration`: `base` (TRL's `VLLMGeneration`, read when called) whose weight sync sends a
+    PEFT model's adapted weights merged out of place (`merged_lora_weights`) instead of merging the adapter
+    into the base and unmerging it, which changes the base by rounding at every sync."""
+    if base is None:
+        from trl.generation import vllm_generation
+
+        base = vllm_generation.VLLMGeneration
+    if base not in _GENERATION_CLASSES:
+
+        class AgentrlVLLMGeneration(base):  # type: ignore[misc, valid-type]
+            def _iter_named_params(self) -> Any:
+                from accelerate.utils import is_peft_model
+
+                if not is_peft_model(self.model) or getattr(self._dist, "fsdp_version", None) == 1:
+                    yield from super()._iter_named_params()
+                    return
+                def full(t: Any) -> Any:
+                    if not hasattr(t, "full_tensor"):
+                        return t
+                    # FSDP2 with CPU offload keeps shards on the CPU; gather them on the GPU, as TRL does
+                    return (t.to(self.accelerator.device) if t.is_cpu else t).full_tensor()
+
+                # ZeRO-3: the whole model at once (a no-op otherwise), as TRL does before merging
+                with self._dist.gather_params(list(self.model.parameters())):
+                    yield from merged_lora_weights(self.model, full)
+
+        _GENERATION_CLASSES[base] = AgentrlVLLMGeneration
+    return _GENERATION_CLASSES[base]
+
+
+def build_generation(model: Any, accelerator: Any, processing_class: Any, **kwargs: Any) -> Any:
+    """The training rollouts' engine: `generation_class()(model=..., accelerator=..., processing_class=...,
+    **vllm_generation_kwargs(...))`."""
+    return generation_class()(model=model, accelerator=accelerator, processing_class=processing_class, **kwargs)
 
 
 # ---- the backend ---------------------------------------------------------------------------------------
@@ -227,6 +429,7 @@ class TRLVLLMBackend(Backend):
         self.synced_step: int | None = None  # the `step` given to the last sync_weights
         self.synced = False  # pushed since the last weights_changed()
         self.calls = 0  # generate calls that reached the engine
+        self._awake = False  # sleep mode: woken by sync_weights, put back to sleep by end_rollout
         self._warned: set[str] = set()
         self._check_engine()
 
@@ -276,6 +479,7 @@ class TRLVLLMBackend(Backend):
                 "VLLMGeneration.generation_kwargs has stop strings without include_stop_str_in_output=True: "
                 "the answer's closing tag would be cut from the completion"
             )
+        self._check_server_logprobs()
         processes = int(getattr(gen.accelerator, "num_processes", 1) or 1)
         if processes > 1 and (gen.mode == "server" or int(gen.tensor_parallel_size) > 1):
             raise BackendError(
@@ -283,6 +487,23 @@ class TRLVLLMBackend(Backend):
                 f"process ({processes} here): VLLMGeneration.generate is then a collective that assumes every "
                 "process passes the same number of prompts, and lockstep rollouts do not. Use "
                 "model.vllm.mode=colocate with tensor_parallel_size=1 (one engine per process)"
+            )
+
+    def _check_server_logprobs(self) -> None:
+        """A server must report processed log-probs (after temperature and top-k/top-p), as the engine TRL
+        colocates does: raw ones would bias every importance ratio. TRL's own trainer only warns."""
+        gen = self.generation
+        client = getattr(gen, "vllm_client", None)
+        if gen.mode != "server" or client is None:  # only the main process holds the client
+            return
+        info = client.get_server_info()
+        mode = (info.get("model_config") or {}).get("logprobs_mode")
+        if mode != "processed_logprobs":
+            raise BackendError(
+                f"the vLLM server runs with --logprobs-mode {mode}: training rollouts need processed_logprobs "
+                "(restart it with: trl vllm-serve --model <model>, which sets it, or VLLM_SERVER_DEV_MODE=1 vllm "
+                "serve <model> --weight-transfer-config '{\"backend\": \"nccl\"}' --logprobs-mode "
+                "processed_logprobs)"
             )
 
     def check_sampling(self, sampling: SamplingConfig) -> None:
@@ -322,7 +543,10 @@ class TRLVLLMBackend(Backend):
         """Push the trained weights into the engine (`VLLMGeneration.sync_weights`; with several processes
         every process must call it: gathering sharded parameters is a collective). `step`: the trainer's
         `state.global_step`, kept in `synced_step` for the trainer's own checks."""
-        self.generation.sync_weights()
+        self.generation.sync_weights()  # sleep mode: wakes the engine's weights first
+        if self._sleeps():
+            self.generation.llm.wake_up(tags=["kv_cache"])
+            self._awake = True
         self.sync_count += 1
         self.synced_step = step
         self.synced = True
@@ -330,6 +554,32 @@ class TRLVLLMBackend(Backend):
     def weights_changed(self) -> None:
         """The trained weights moved (an optimizer step): the engine is stale until the next sync."""
         self.synced = False
+
+    def end_rollout(self) -> None:
+        """The rollout is over: in sleep mode the engine sleeps (level 2: weights and KV cache freed) until
+        the next `sync_weights`, so the update has its memory. Otherwise nothing."""
+        if self._sleeps() and self._awake:
+            self.generation.llm.sleep(level=2)
+            self.generation._llm_weights_sleeping = True  # TRL's flag: the weights must be re-sent
+            self._awake = False
+
+    def _sleeps(self) -> bool:
+        gen = self.generation
+        return gen.mode == "colocate" and bool(getattr(gen, "enable_sleep_mode", False))
+
+    def _engine_generate(self, rows: list[list[int]]) -> Any:
+        """TRL's `generate`; in sleep mode with the engine held awake (TRL's own `generate` would sleep
+        after the call and re-send every weight before the next, i.e. at every env step)."""
+        gen = self.generation
+        if not self._sleeps():
+            return gen.generate(prompts=rows, images=None, num_generations=1)
+        if not self._awake:
+            self.sync_weights(self.synced_step)
+        gen.enable_sleep_mode = False
+        try:
+            return gen.generate(prompts=rows, images=None, num_generations=1)
+        finally:
+            gen.enable_sleep_mode = True
 
     # -- generation -------------------------------------------------------------------------------------
     def generate(
@@ -347,9 +597,7 @@ class TRLVLLMBackend(Backend):
                 "rollout (after every optimizer step)"
             )
         rows = [[int(t) for t in p] for p in prompts]
-        _, completion_ids, logprobs, logprob_token_ids = self.generation.generate(
-            prompts=rows, images=None, num_generations=1
-        )
+        _, completion_ids, logprobs, logprob_token_ids = self._engine_generate(rows)
         self.calls += 1
         if len(completion_ids) != len(rows):
             raise BackendError(f"vLLM returned {len(completion_ids)} completions for {len(rows)} prompts")
@@ -494,6 +742,13 @@ def sampling_logps_tensor(samples: Sequence[Any], width: int, device: Any = None
 
 
 __all__ = [
+    "build_generation",
+    "colocate_memory_utilization",
+    "generation_class",
+    "kv_bytes_per_token",
+    "merged_lora_weights",
+    "parameter_count",
+    "training_state_bytes",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "GENERATION_ATTRIBUTES",
     "IS_MODES",
