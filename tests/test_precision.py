@@ -1,13 +1,13 @@
-"""`algo.precision=auto` on a CPU (agentrl/precision.py): the bf16 matrix instructions come from cpuinfo,
+"""`algo.precision=auto` on a CPU (agentrl/trainers/precision.py): the bf16 matrix instructions come from cpuinfo,
 never assumed; bf16-mixed is chosen only where they exist and bf16 wins at the model's shapes."""
 
 from __future__ import annotations
 
 import pytest
 
-import agentrl.precision as precision
-from agentrl.precision import bf16_instructions, cpu_auto_precision, cpu_flags, describe_cpu
+import agentrl.trainers.precision as precision
 from agentrl.trainers.multistep import resolve_precision
+from agentrl.trainers.precision import bf16_instructions, cpu_auto_precision, cpu_flags, describe_cpu
 
 SAPPHIRE_RAPIDS = "fpu vme avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
 COOPER_LAKE = "fpu vme avx2 avx512f avx512_bf16"  # AVX512-BF16, no AMX (the development machine)

@@ -823,7 +823,7 @@ class MultiStepTrainer(GRPOTrainer):
 # ---------------------------------------------------------------------------------------------------------
 def resolve_precision(precision: str, device: str, shapes: tuple[int, int] | None = None) -> str:
     """`algo.precision` on `device`: "auto" is bf16-mixed on CUDA; on a CPU it is bf16-mixed only where the
-    CPU has bf16 matrix instructions and bf16 wins at the model's layer `shapes` (agentrl/precision.py;
+    CPU has bf16 matrix instructions and bf16 wins at the model's layer `shapes` (agentrl/trainers/precision.py;
     without `shapes`, fp32). Mixed precision keeps fp32 master weights, because a bf16 weight cannot take
     an update below ~1/256 of its own size: at the paper's lr of 1e-6 almost every update would be
     rounded away."""
@@ -831,7 +831,7 @@ def resolve_precision(precision: str, device: str, shapes: tuple[int, int] | Non
         return precision
     if device.startswith("cuda"):
         return "bf16-mixed"
-    from agentrl.precision import cpu_auto_precision
+    from agentrl.trainers.precision import cpu_auto_precision
 
     choice, reason = cpu_auto_precision(shapes)
     log.info("algo.precision=auto on the CPU: %s", reason)
@@ -883,7 +883,7 @@ def cpu_precision_shapes(model_cfg: Any, algo: Any, device: str, world: int) -> 
     the CPU's bf16 matrix instructions whenever training runs on the CPU."""
     if device.startswith("cuda"):
         return None
-    from agentrl.precision import bf16_instructions, cpu_flags, describe_cpu, model_shapes
+    from agentrl.trainers.precision import bf16_instructions, cpu_flags, describe_cpu, model_shapes
 
     flags = cpu_flags()
     log.info("CPU: %s", describe_cpu(flags))
