@@ -61,6 +61,64 @@ def test_the_copy_generates_only_with_the_current_weights(tiny):
     assert _holds(backend, source) and (backend.synced_step, backend.sync_count) == (1, 2)
 
 
+def _patched_source(model):
+    """A trained model as GRPOTrainer leaves it: TRL's fused LM head bound onto the instance's forward."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    source = copy.deepcopy(model)
+    add_fused_lm_head(source, outputs=("log_probs", "entropy"))
+    return source
+
+
+def _logits(module, ids):
+    with torch.no_grad():
+        return module(input_ids=ids).logits
+
+
+IDS = torch.tensor([[5, 17, 3, 42, 9, 11]])
+
+
+def test_zeroing_the_source_leaves_the_copy_unchanged_until_the_next_sync(tiny):
+    model, tokenizer = tiny
+    source = _patched_source(model)
+    backend = HFCopyBackend(source, tokenizer, torch.bfloat16)
+    backend.sync_weights()
+    before = _logits(backend.model, IDS)
+    with torch.no_grad():
+        for p in source.parameters():
+            p.zero_()
+    assert torch.equal(_logits(backend.model, IDS), before)  # a separate model, not a view of the source
+    backend.weights_changed()
+    backend.sync_weights()
+    assert torch.count_nonzero(_logits(backend.model, IDS)) == 0  # zero weights: zero logits
+    shared = {p.data_ptr() for p in source.parameters()} & {p.data_ptr() for p in backend.model.parameters()}
+    assert not shared
+
+
+def test_the_copy_computes_in_bf16(tiny):
+    model, tokenizer = tiny
+    backend = HFCopyBackend(_patched_source(model), tokenizer, torch.bfloat16)
+    backend.sync_weights()
+    assert _logits(backend.model, IDS).dtype == torch.bfloat16
+    # the copy's own forward: the fused LM head scores log-probs with the source only
+    assert "forward" not in vars(backend.model)
+
+
+def test_the_sync_copies_the_trained_weights_into_a_bf16_model(tiny):
+    """After a sync the copy computes what a bf16 model loaded with the trained weights computes."""
+    model, tokenizer = tiny
+    source = _patched_source(model)
+    backend = HFCopyBackend(source, tokenizer, torch.bfloat16)
+    with torch.no_grad():  # an optimizer step on the trained weights
+        for p in source.parameters():
+            p.mul_(1.5)
+    backend.weights_changed()
+    backend.sync_weights(step=1)
+    reference = copy.deepcopy(model).to(torch.bfloat16)
+    reference.load_state_dict({k: v.to(torch.bfloat16) for k, v in source.state_dict().items()})
+    assert torch.equal(_logits(backend.model, IDS), _logits(reference, IDS))
+
+
 def test_greedy_answers_of_the_copy_are_the_bf16_models_of_the_current_weights(tiny):
     """After each sync the copy answers as a bf16 model built from the trained weights would, and a change of
     the trained weights changes its answers' log-probs: the copy is not stuck on the weights it started from."""

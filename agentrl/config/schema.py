@@ -763,25 +763,28 @@ class LLMAlgoConfig(Schema):
     gradient_accumulation_steps: int = setting(
         4, "micro-batches per iteration (step samples split evenly)", ge=1
     )
-    max_batch_tokens: int | None = setting(
-        None,
+    max_batch_tokens: Any = setting(
+        "auto",
         "memory bound: a micro-batch above this many padded tokens (rows x prompt+completion width) runs as "
-        "several forward/backward passes with the same gradient; null: no bound",
-        ge=1,
+        "several forward/backward passes with the same gradient; auto: as many LM-head positions (rows x "
+        "completion width) as a fifth of the free memory holds logits for (fp32, with their gradients); "
+        "null: no bound",
     )
     entropy_coef: float = setting(0.0, "TRL entropy bonus (0: off)")
     gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass (saves memory)")
     precision: str = setting(
         "auto",
         "fp32 | bf16-mixed (fp32 master weights, bf16 autocast) | bf16-pure (bf16 weights: updates smaller than "
-        "bf16's resolution are lost) | auto: bf16-mixed on CUDA, fp32 on CPU",
+        "bf16's resolution are lost) | auto: bf16-mixed on CUDA; on a CPU bf16-mixed where it has bf16 matrix "
+        "instructions (AVX512-BF16, AMX) and bf16 times faster at the model's layer sizes, else fp32",
         choices=("auto", "fp32", "bf16-mixed", "bf16-pure"),
     )
     rollout_dtype: str | None = setting(
         None,
         "null: the trained weights generate the rollouts; bfloat16 | float16: a copy in that dtype does, "
         "re-synced before every rollout, and the update corrects for its numerics with TRL's importance "
-        "ratio (bf16 generation is several times faster on GPUs and on CPUs with AMX; model.backend=hf)",
+        "ratio (bf16 generation is several times faster on GPUs and on CPUs with AVX512-BF16 or AMX; "
+        "model.backend=hf)",
         choices=(None, "bfloat16", "float16"),
     )
     ref_dtype: str | None = setting(
@@ -829,6 +832,12 @@ class LLMAlgoConfig(Schema):
     torch_threads: int | None = setting(
         None, "torch.set_num_threads on CPU (null: the free cores, unless $OMP_NUM_THREADS is set)", ge=1
     )
+
+    def check(self, prefix: str) -> None:
+        value = self.max_batch_tokens
+        number = isinstance(value, int) and not isinstance(value, bool)
+        if not (value is None or value == "auto" or (number and value >= 1)):
+            self.fail(prefix, "max_batch_tokens", "expected auto, null or an integer >= 1")
 
 
 @dataclass

@@ -27,7 +27,8 @@ TRL internals overridden (trl 1.16, pinned in pyproject because these move):
   optimizer: FSDP's and DeepSpeed's optimizer wrappers hold only the module's own parameters. It steps
   in the pre-optimizer-step hook, and checkpoints carry its state (`value_head_optimizer.pt`).
 - `training_step`: with `algo.max_batch_tokens`, a micro-batch above the budget runs as several
-  forward/backward passes (`split_by_tokens`); the gradient is the same.
+  forward/backward passes (`split_by_tokens`); the gradient is the same. The default `auto` bounds the
+  LM-head positions per pass by free memory and vocabulary (`resolve_max_batch_tokens`).
 - `log`: adds the iteration's rollout metrics to TRL's averaged loss statistics.
 - `_save_checkpoint`: writes `checkpoint-<iteration>/` atomically with a manifest of its files (written
   last; resume checks it), then prunes old ones.
@@ -264,11 +265,14 @@ COMPLETION_COLUMNS = (
 )
 
 
-def split_by_tokens(batch: dict[str, Any], budget: int) -> list[dict[str, Any]]:
+def split_by_tokens(
+    batch: dict[str, Any], budget: int, completions_only: bool = False
+) -> list[dict[str, Any]]:
     """A packed micro-batch as consecutive row chunks of at most `budget` padded tokens each (rows x
-    (prompt + completion width), times the candidates of action-level rows), each trimmed to its own
-    widths; a row larger than the budget is a chunk of its own. Values that are not per row
-    (`num_items_in_batch`) are shared, so the chunks' losses add up to the micro-batch's."""
+    (prompt + completion width), times the candidates of action-level rows; `completions_only`: rows x
+    completion width, the LM-head positions), each trimmed to its own widths; a row larger than the
+    budget is a chunk of its own. Values that are not per row (`num_items_in_batch`) are shared, so the
+    chunks' losses add up to the micro-batch's."""
     prompt_mask, completion_mask = batch["prompt_mask"], batch["completion_mask"]
     rows = prompt_mask.size(0)
     prompt_len = prompt_mask.sum(-1).tolist()
@@ -282,7 +286,7 @@ def split_by_tokens(batch: dict[str, Any], budget: int) -> list[dict[str, Any]]:
             max(width_c, completion_len[row]),
             max(widest, candidates[row]),
         )
-        if row > start and (row - start + 1) * (p + c) * k > budget:
+        if row > start and (row - start + 1) * (c if completions_only else p + c) * k > budget:
             chunks.append((start, row))
             start, p, c, k = row, prompt_len[row], completion_len[row], candidates[row]
         width_p, width_c, widest = p, c, k
@@ -408,7 +412,7 @@ class MultiStepTrainer(GRPOTrainer):
         actor_critic: ActorCritic | None = None,
         ppo_epochs: int = 1,
         target_kl: float | None = None,
-        max_batch_tokens: int | None = None,
+        max_batch_tokens: int | str | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -418,7 +422,9 @@ class MultiStepTrainer(GRPOTrainer):
         self.actor_critic = actor_critic
         self.ppo_epochs = ppo_epochs
         self.target_kl = target_kl
-        self.max_batch_tokens = max_batch_tokens
+        # "auto" bounds the LM-head positions (the logits) per pass; a number bounds padded tokens
+        self.budget_completions_only = max_batch_tokens == "auto"
+        self.max_batch_tokens = resolve_max_batch_tokens(max_batch_tokens, self.model, str(self.args.device))
         self.head_optimizer, self.head_scheduler = self._head_optimizer()
         self._train_logps: torch.Tensor | None = None  # the last training forward's log-probs (for the KL)
         # rollouts through TRL's vLLM engine (model.backend=vllm): rows get its importance-sampling ratio,
@@ -461,7 +467,9 @@ class MultiStepTrainer(GRPOTrainer):
         if not self.max_batch_tokens:
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()
-        parts = split_by_tokens(self._prepare_inputs(inputs), self.max_batch_tokens)
+        parts = split_by_tokens(
+            self._prepare_inputs(inputs), self.max_batch_tokens, self.budget_completions_only
+        )
         # every process runs as many passes as the one that needs most (each pass holds collectives)
         parts += [blank_rows(parts[-1])] * (int(dist.all_max(len(parts))) - len(parts))
         loss = 0.0
@@ -922,13 +930,78 @@ def has_optimizer_state(checkpoint: Path) -> bool:
     return any(any(checkpoint.glob(name)) for name in names)
 
 
-def resolve_precision(precision: str, device: str) -> str:
-    """`algo.precision` on `device`: "auto" is bf16-mixed on CUDA and fp32 elsewhere. Mixed precision keeps
-    fp32 master weights, because a bf16 weight cannot take an update below ~1/256 of its own size: at
-    the paper's lr of 1e-6 almost every update would be rounded away."""
-    if precision == "auto":
-        return "bf16-mixed" if device.startswith("cuda") else "fp32"
-    return precision
+def resolve_precision(precision: str, device: str, shapes: tuple[int, int] | None = None) -> str:
+    """`algo.precision` on `device`: "auto" is bf16-mixed on CUDA; on a CPU it is bf16-mixed only where the
+    CPU has bf16 matrix instructions and bf16 wins at the model's layer `shapes` (agentrl/trainers/precision.py;
+    without `shapes`, fp32). Mixed precision keeps fp32 master weights, because a bf16 weight cannot take
+    an update below ~1/256 of its own size: at the paper's lr of 1e-6 almost every update would be
+    rounded away."""
+    if precision != "auto":
+        return precision
+    if device.startswith("cuda"):
+        return "bf16-mixed"
+    from agentrl.trainers.precision import cpu_auto_precision
+
+    choice, reason = cpu_auto_precision(shapes)
+    log.info("algo.precision=auto on the CPU: %s", reason)
+    return choice
+
+
+# bytes per LM-head position of one pass: fp32 logits, their log-softmax, the gradients of both, and the
+# entropy's exp (no grad)
+LOGIT_COPIES = 5
+AUTO_MEMORY_FRACTION = 0.2  # of the free memory when training starts; the rest: activations, rollouts
+
+
+def free_memory_bytes(device: str) -> int:
+    """Memory still free for tensors: the GPU's free memory on CUDA, else the system's available RAM."""
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def auto_token_budget(free_bytes: int, vocab_size: int, fraction: float = AUTO_MEMORY_FRACTION) -> int:
+    """LM-head positions per pass whose fp32 logits (with their gradients) fill `fraction` of `free_bytes`
+    (at least 1: a row larger than the budget still runs, as a pass of its own)."""
+    return max(1, int(free_bytes * fraction) // (LOGIT_COPIES * 4 * vocab_size))
+
+
+def resolve_max_batch_tokens(setting: int | str | None, model: Any, device: str) -> int | None:
+    """`algo.max_batch_tokens`: a number or null as given; "auto" from free memory and the vocabulary."""
+    if setting != "auto":
+        return setting  # type: ignore[return-value]
+    vocab = int(model.config.get_text_config().vocab_size)
+    free = free_memory_bytes(device)
+    budget = auto_token_budget(free, vocab)
+    log.info(
+        "algo.max_batch_tokens=auto: %d LM-head positions per pass (%.1f GiB free, vocabulary %d: "
+        "%.0f%% of it for fp32 logits and their gradients)",
+        budget,
+        free / 2**30,
+        vocab,
+        100 * AUTO_MEMORY_FRACTION,
+    )
+    return budget
+
+
+def cpu_precision_shapes(model_cfg: Any, algo: Any, device: str, world: int) -> tuple[int, int] | None:
+    """The layer sizes `resolve_precision` times bf16 at: only for `auto` on the CPU in one process (the
+    launcher of several resolves without a model, to fp32, and every process must agree with it). Logs
+    the CPU's bf16 matrix instructions whenever training runs on the CPU."""
+    if device.startswith("cuda"):
+        return None
+    from agentrl.trainers.precision import bf16_instructions, cpu_flags, describe_cpu, model_shapes
+
+    flags = cpu_flags()
+    log.info("CPU: %s", describe_cpu(flags))
+    if algo.precision in ("bf16-mixed", "bf16-pure") and not bf16_instructions(flags):
+        log.warning(
+            "algo.precision=%s on a CPU without bf16 matrix instructions: bf16 is likely slower than fp32",
+            algo.precision,
+        )
+    return model_shapes(model_cfg) if algo.precision == "auto" and world == 1 else None
 
 
 def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str = "fp32") -> GRPOConfig:
@@ -1019,7 +1092,9 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     # -- the policy and its two views: training rollouts and evaluation --
     model_cfg = model_config(cfg.model)
     device = resolve_device(model_cfg.device)
-    precision = resolve_precision(algo.precision, device)
+    precision = resolve_precision(
+        algo.precision, device, cpu_precision_shapes(cfg.model, algo, device, world)
+    )
     if precision == "bf16-pure":
         log.warning(
             "algo.precision=bf16-pure: updates smaller than bf16's resolution are lost (use bf16-mixed)"

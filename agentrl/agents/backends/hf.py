@@ -389,6 +389,20 @@ class HFBackend(Backend):
         return results
 
 
+def own_forwards(model: Any) -> Any:
+    """`model` (a deep copy) with every module's `forward` its class's own again.
+
+    A forward patched onto an instance survives `copy.deepcopy` as a function whose closure still points
+    at the ORIGINAL module: TRL's fused LM head (`add_fused_lm_head`, applied by GRPOTrainer) keeps the
+    source's bound `forward` in a closure, so a copy would compute with the source's weights and dtype.
+    accelerate's device hooks (`_hf_hook`) are kept: their state is an attribute that deepcopy copies.
+    """
+    for module in model.modules():
+        if "forward" in vars(module) and not hasattr(module, "_hf_hook"):
+            del module.forward
+    return model
+
+
 class HFCopyBackend(HFBackend):
     """Training rollouts from a copy of the trained model in another dtype (`algo.rollout_dtype`).
 
@@ -419,7 +433,7 @@ class HFCopyBackend(HFBackend):
                 "algo.rollout_dtype: the trained model is sharded (ZeRO-3/FSDP), so no process holds a whole "
                 "copy to generate with; leave algo.rollout_dtype null"
             )
-        engine = copy.deepcopy(source).to(dtype)
+        engine = own_forwards(copy.deepcopy(source)).to(dtype)
         engine.requires_grad_(False)
         engine.eval()
         super().__init__(engine, tokenizer, prefix_cache=prefix_cache, share_prompts=share_prompts)

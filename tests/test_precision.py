@@ -1,0 +1,70 @@
+"""`algo.precision=auto` on a CPU (agentrl/trainers/precision.py): the bf16 matrix instructions come from cpuinfo,
+never assumed; bf16-mixed is chosen only where they exist and bf16 wins at the model's shapes."""
+
+from __future__ import annotations
+
+import pytest
+
+import agentrl.trainers.precision as precision
+from agentrl.trainers.multistep import resolve_precision
+from agentrl.trainers.precision import bf16_instructions, cpu_auto_precision, cpu_flags, describe_cpu
+
+SAPPHIRE_RAPIDS = "fpu vme avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
+COOPER_LAKE = "fpu vme avx2 avx512f avx512_bf16"  # AVX512-BF16, no AMX (the development machine)
+SKYLAKE = "fpu vme avx2 avx512f avx512bw"
+
+
+def _cpuinfo(tmp_path, flags: str):
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\nmodel name\t: test cpu\nflags\t\t: {flags}\n\nprocessor\t: 1\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("flags", "found", "words"),
+    [
+        (SAPPHIRE_RAPIDS, ("avx512_bf16", "amx_bf16", "amx_tile"), "avx512_bf16, amx_bf16 (AMX)"),
+        (COOPER_LAKE, ("avx512_bf16",), "avx512_bf16 (no AMX)"),
+        (SKYLAKE, (), "no bf16 matrix instructions (no AMX)"),
+        ("amx_bf16", (), "no bf16 matrix instructions"),  # AMX-BF16 without the tile unit cannot run
+    ],
+)
+def test_the_bf16_instructions_come_from_cpuinfo(tmp_path, flags, found, words):
+    read = cpu_flags(_cpuinfo(tmp_path, flags))
+    assert bf16_instructions(read) == found
+    assert describe_cpu(read).startswith(words)
+    assert "torch CPU capability" in describe_cpu(read)
+
+
+def test_no_cpuinfo_means_no_instructions(tmp_path):
+    assert cpu_flags(tmp_path / "missing") == frozenset()
+    assert cpu_auto_precision((576, 1536), tmp_path / "missing")[0] == "fp32"
+
+
+def test_auto_is_bf16_mixed_only_with_the_instructions_and_a_measured_win(tmp_path, monkeypatch):
+    speedups: list[tuple[int, int]] = []
+
+    def timed(speedup):
+        def probe(hidden, intermediate, threads):
+            speedups.append((hidden, intermediate))
+            return speedup
+
+        return probe
+
+    monkeypatch.setattr(precision, "autocast_speedup", timed(2.0))
+    assert cpu_auto_precision((576, 1536), _cpuinfo(tmp_path, SKYLAKE))[0] == "fp32"
+    assert speedups == []  # no instructions: nothing to time
+    choice, reason = cpu_auto_precision((576, 1536), _cpuinfo(tmp_path, COOPER_LAKE))
+    assert choice == "bf16-mixed" and "2.00x" in reason and speedups == [(576, 1536)]
+    assert cpu_auto_precision((64, 128), _cpuinfo(tmp_path, COOPER_LAKE))[0] == "fp32"  # too small
+    assert cpu_auto_precision(None, _cpuinfo(tmp_path, COOPER_LAKE))[0] == "fp32"
+    monkeypatch.setattr(precision, "autocast_speedup", timed(1.1))
+    assert cpu_auto_precision((576, 1536), _cpuinfo(tmp_path, SAPPHIRE_RAPIDS))[0] == "fp32"  # no win
+
+
+def test_resolve_precision():
+    assert resolve_precision("fp32", "cuda") == "fp32"
+    assert resolve_precision("bf16-mixed", "cpu") == "bf16-mixed"
+    assert resolve_precision("auto", "cuda:0") == "bf16-mixed"
+    assert resolve_precision("auto", "cpu") == "fp32"  # no model shapes: the launcher's view
+    assert resolve_precision("auto", "cpu", (64, 128)) == "fp32"  # the tiny model, on any CPU

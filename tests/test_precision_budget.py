@@ -1,0 +1,89 @@
+"""`algo.max_batch_tokens=auto` (the default): the per-pass budget of LM-head positions comes from the free
+memory and the vocabulary, so that one pass's fp32 logits and their gradients fit; numbers and null work
+as before."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import agentrl.trainers.multistep as multistep
+from agentrl.config import compose_config
+from agentrl.errors import ConfigError
+from agentrl.trainers.multistep import auto_token_budget, resolve_max_batch_tokens, split_by_tokens
+from agentrl.types import StepSample
+
+
+class _Model:
+    class config:  # noqa: N801 - stands in for a transformers config
+        @staticmethod
+        def get_text_config():
+            return type("Text", (), {"vocab_size": 49152})
+
+
+def test_the_budget_fills_a_fifth_of_free_memory_with_logits_and_their_gradients():
+    free = 20 * 2**30
+    budget = auto_token_budget(free, 49152)
+    per_position = multistep.LOGIT_COPIES * 4 * 49152  # bytes: fp32 logits, log-softmax, both grads, exp
+    assert budget == int(free * 0.2) // per_position == 4369
+    assert budget * per_position <= 0.2 * free < (budget + 1) * per_position
+    assert auto_token_budget(free, 2 * 49152) == budget // 2  # twice the vocabulary, half the positions
+    assert auto_token_budget(10, 49152) == 1  # never 0: a row still runs, alone
+
+
+def test_auto_reads_the_free_memory_and_logs_the_choice(monkeypatch, caplog):
+    monkeypatch.setattr(multistep, "free_memory_bytes", lambda device: 10 * 2**30)
+    with caplog.at_level(logging.INFO, logger=multistep.log.name):
+        assert resolve_max_batch_tokens("auto", _Model(), "cpu") == auto_token_budget(10 * 2**30, 49152)
+    assert "max_batch_tokens=auto: 2184 LM-head positions per pass (10.0 GiB free" in caplog.text
+    assert resolve_max_batch_tokens(None, _Model(), "cpu") is None
+    assert resolve_max_batch_tokens(4096, _Model(), "cpu") == 4096
+    assert multistep.free_memory_bytes("cpu") > 0
+
+
+def test_the_auto_budget_counts_lm_head_positions_not_prompts():
+    """Long prompts with one-token answers (Frozen Lake) stay one pass: the shared-prefix kernel runs each
+    distinct prompt once and scores only completion positions; long completions are split."""
+    samples = [StepSample([1] * 300, [2] * c, None, 1.0, k, 0) for k, c in enumerate([1, 1, 1, 8, 8, 8])]
+    batch = multistep.pack_samples(samples, pad_id=0, device="cpu")
+    batch["num_items_in_batch"] = torch.tensor(27.0)
+    assert len(split_by_tokens(batch, budget=24, completions_only=True)) == 2  # 3 x 1 + ..., 3 x 8
+    assert len(split_by_tokens(batch, budget=24)) == 6  # padded tokens: a row a pass
+
+
+@pytest.mark.parametrize(("value", "expected"), [("auto", "auto"), ("null", None), ("4096", 4096)])
+def test_the_setting_takes_auto_null_or_a_number(value, expected):
+    cfg = compose_config(["task=train", "algo=rlft", f"algo.max_batch_tokens={value}"])
+    assert cfg.algo.max_batch_tokens == expected
+
+
+def test_auto_is_the_default_and_other_values_are_refused():
+    for algo in ("msgrpo", "poad", "rlft", "twosome", "ntpo"):
+        assert compose_config(["task=train", f"algo={algo}"]).algo.max_batch_tokens == "auto"
+    for bad in ("lots", "0", "true"):
+        with pytest.raises(ConfigError, match="max_batch_tokens.*expected auto, null or an integer >= 1"):
+            compose_config(["task=train", "algo=msgrpo", f"algo.max_batch_tokens={bad}"])
+
+
+@pytest.mark.slow  # two RLFT iterations of the tiny model with rationales: ~10+ minutes on 2 cores
+def test_the_rlft_command_without_a_budget_stays_under_6_gb(tmp_path):
+    """Issue 23's command, which swung between 7 and 17 GB RSS without a token budget: peak RSS of the
+    training process (evaluation cut to one episode, after training only)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable, "-m", "agentrl.cli", "train", "algo=rlft", "env=bandit", "model=tiny-random",
+        "agent.cot=true", "algo.iterations=2", "algo.eval_before=false", "eval.episodes=1",
+        f"hydra.run.dir={tmp_path / 'run'}", "algo.torch_threads=1",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1"}
+    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    print(f"peak RSS {peak_gib:.2f} GiB")
+    assert peak_gib < 6, peak_gib
