@@ -508,7 +508,11 @@ class LLMAgentConfig(Schema):
     history_observations: bool = setting(False, "also show those steps' observations (longer prompts)")
     cot: bool = setting(False, "reason inside <think>...</think> before answering")
     answer_tag: str = setting("action", "the answer is read from <tag>NAME</tag>; a plain tag name")
-    lenient: bool = setting(True, "no usable tag: take the last valid action named as a whole word")
+    lenient: bool = setting(
+        False,
+        "true: an answer without a usable tag plays the last valid action it names (train logs a warning); "
+        "false: it is invalid. Either way it counts in untagged_rate",
+    )
     stop_at_answer: bool = setting(True, "stop generating after the closing answer tag")
     system_prompt: str | None = setting(
         None,
