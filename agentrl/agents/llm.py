@@ -581,6 +581,27 @@ def build_llm_agent(cfg: Any, **kwargs: Any) -> LLMAgent:
     return LLMAgent(interface, backend, sampling, decision=decision, score_normalization=normalization)
 
 
+def demonstration_answer(interface: TextInterface, action: str, valid_actions: list[str]) -> str:
+    """The completion (the text after the prefill) a demonstration writes for `action`: exactly the format
+    the strict parser reads. `<tag>NAME</tag>`; with `cot` a short templated rationale first (the
+    options and the choice); after a prefill, the rest of that answer, or, for a prefill that is not the
+    start of it ("Move:", "I move"), the action name after a space (the one-token answers)."""
+    tag = interface.answer_tag
+    answer = f"<{tag}>{action}</{tag}>"
+    if interface.cot:
+        options = ", ".join(valid_actions)
+        answer = f"<think>The valid actions are {options}. I choose {action}.</think>\n{answer}"
+    prefill = interface.prefill
+    if answer.startswith(prefill):
+        return answer[len(prefill) :]
+    if interface.cot:
+        raise ConfigError(
+            f"agent.prefill={prefill!r} with agent.cot=true: a demonstration starts with <think>; use no "
+            "prefill or one the demonstration starts with"
+        )
+    return ("" if prefill[-1].isspace() else " ") + action
+
+
 def warn_if_lenient(cfg: Any) -> bool:
     """A training run with `agent.lenient=true` says so in its log, at the start: its answers without a
     usable tag are played, so its results count only under the lenient parser. Returns whether it is."""
@@ -649,6 +670,7 @@ __all__ = [
     "ResolvedInterface",
     "TextInterface",
     "build_llm_agent",
+    "demonstration_answer",
     "describe_interface",
     "env_action_names",
     "format_prompt_preview",
