@@ -50,10 +50,11 @@ from agentrl.rundir import (
 log = logging.getLogger(__name__)
 
 TASKS = ("eval", "train")
-LLM_ALGOS = tuple(LLM_ALGORITHMS)  # every one runs on trainers/multistep.py
+LLM_ALGOS = (*LLM_ALGORITHMS, "sft")  # RL on trainers/multistep.py; sft on TRL's SFTTrainer
 TRAINERS = {
     "dqn": "agentrl.trainers.dqn:train_dqn",
-    **{name: "agentrl.trainers.multistep:train_llm" for name in LLM_ALGOS},
+    **{name: "agentrl.trainers.multistep:train_llm" for name in LLM_ALGORITHMS},
+    "sft": "agentrl.trainers.sft:train_sft",
 }
 #: the algo key that says how much training a run asks for (resume continues a complete run only when
 #: it grows)
@@ -61,7 +62,7 @@ BUDGET_KEYS = {"dqn": "total_timesteps"}
 DEFAULT_BUDGET_KEY = "iterations"
 NO_ALGO_IN_EVAL = "eval takes no algo; to evaluate a trained run use from_run=<run dir>"
 #: keys of a training run's overrides that an evaluation of it leaves out
-NOT_FOR_EVAL = ("task", "algo", "resume", "from_run", "name", "hydra")
+NOT_FOR_EVAL = ("task", "algo", "resume", "from_run", "init_from", "name", "hydra")
 #: keys of a run's overrides that a resume does not repeat: the command sets them again
 NOT_REPEATED = ("task", "resume", "from_run", "hydra")
 
@@ -135,6 +136,9 @@ def check_job(overrides: list[str], problems: list[AgentRLError] | None = None) 
         machine(check_deepspeed, cfg)
     if _uses_llm(cfg):
         machine(check_backend, cfg)
+    from agentrl.trainers.sft import check_train
+
+    check_train(cfg)  # init_from (any task) and algo=sft's demonstrations: before a run directory exists
     return cfg
 
 
@@ -280,12 +284,12 @@ class TrainedModel:
     checkpoint: str
 
 
-def trained_model(value: str | Path) -> TrainedModel:
-    """The model `from_run=<value>` evaluates: a training run directory (its final model, else its
-    newest intact checkpoint), or a `final/` or `checkpoint-N` inside one."""
+def trained_model(value: str | Path, what: str = "cannot evaluate from_run") -> TrainedModel:
+    """The model `from_run=<value>` evaluates (or `init_from=` starts from: `what` opens its errors): a
+    training run directory (its final model, else its newest intact checkpoint), or a `final/` or
+    `checkpoint-N` inside one."""
     from agentrl.runlog import newest_valid_checkpoint
 
-    what = "cannot evaluate from_run"
     path = Path(str(value)).expanduser().resolve()
     given: Path | None = None
     if not (path / ".hydra" / "config.yaml").is_file() and (path.parent / ".hydra" / "config.yaml").is_file():
@@ -704,7 +708,7 @@ def plan_lines(plan: Plan) -> list[str]:
         lines.append(f"  model  {m.name}: {where} (backend {m.backend}, dtype {m.dtype}{lora})")
     if plan.task == "train" and cfg.get("algo") is not None:
         a = cfg.algo
-        if a.name in LLM_ALGOS:
+        if a.name in LLM_ALGORITHMS:
             per_iter = int(a.groups_per_iteration) * int(a.group_size)
             aaw = a.get("aaw")
             sampling = (
@@ -730,6 +734,9 @@ def plan_lines(plan: Plan) -> list[str]:
     lines.append(
         f"  eval   {cfg.eval.episodes} episodes on held-out seeds {seeds[0]}..{seeds[-1]}; seed {cfg.seed}"
     )
+    from agentrl.trainers.init_from import plan_line
+
+    lines += plan_line(cfg)
     if cfg.get("from_run") is not None:
         trained = trained_model(cfg.from_run)
         on = OmegaConf.select(trained.run.config, "env.name")
@@ -1039,9 +1046,11 @@ def run_train(cfg: DictConfig, run_dir: Path, resume: bool | None = None) -> dic
 
     module, _, fn = TRAINERS[cfg.algo.name].partition(":")
     train = getattr(importlib.import_module(module), fn)
+    from agentrl.trainers.init_from import with_init_weights
+
     if resume is None:
         resume = cfg.get("resume") is not None
-    result = train(cfg, run_dir, resume=resume)
+    result = train(with_init_weights(cfg), run_dir, resume=resume)
     extra = dict(result.extra)
     if not dist.is_main():  # of several processes, the first writes the results
         return {**result.metrics, **extra}

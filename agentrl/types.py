@@ -47,7 +47,8 @@ class Decision:
     #: free-text envs (`TextEnv.free_text_action`): the answer text the env executes instead of `action`
     #: ("" when none could be extracted); None: execute the action index
     text: str | None = None
-    #: the action was read by the lenient fallback from a free-text answer without a usable answer tag
+    #: the answer named an action only outside the asked format (no usable answer tag): the lenient
+    #: parser played it (valid); the strict one did not (invalid)
     untagged: bool = False
 
 

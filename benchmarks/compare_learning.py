@@ -60,14 +60,14 @@ def main() -> None:
     ]
     print(
         "| run | greedy success before -> after | iterations | first eval at target | stays at target from "
-        "| time to stay, vs first run |"
+        "| time to stay, vs first run | untagged_rate after |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for label, (summary, _), (first, stable) in zip(labels, loaded, reached, strict=True):
         print(
             f"| {label} | {summary['before_success_rate']} -> {summary['after_success_rate']} "
             f"| {summary['iterations']} | {cell(first)} | {cell(stable)} "
-            f"| {ratio(minutes(stable), minutes(reached[0][1]))} |"
+            f"| {ratio(minutes(stable), minutes(reached[0][1]))} | {summary.get('after_untagged_rate', 'n/a')} |"
         )
 
     if args.out:

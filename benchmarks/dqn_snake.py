@@ -89,6 +89,7 @@ def main() -> None:
         "apples / episode",
         "success",
         "length",
+        "untagged",  # answers outside the asked format: 0 for classic agents (no text)
         "train steps",
         "train min",
     ):
@@ -100,6 +101,7 @@ def main() -> None:
             f"{m['apples']:.2f}",
             f"{m['success_rate']:.2f}",
             f"{m['mean_length']:.1f}",
+            f"{m.get('untagged_rate', 0.0):.2f}",
             "" if steps is None else f"{steps:,}",
             "" if minutes is None else f"{minutes:.1f}",
         )

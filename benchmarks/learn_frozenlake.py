@@ -172,6 +172,9 @@ def main() -> None:
         "after_success_rate": result["success_rate"],
         "after_mean_return": result["mean_return"],
         "after_invalid_rate": result["invalid_rate"],
+        # answers that named a move outside the asked format (evaluation.py): a result counts in its format
+        "before_untagged_rate": (result.get("before") or {}).get("untagged_rate"),
+        "after_untagged_rate": result.get("untagged_rate"),
         "iterations": rows[-1]["iteration"] if rows else 0,
         "train_time_s": result["train_time_s"],
         "wall_clock_s": round(wall, 1),
@@ -197,6 +200,7 @@ def main() -> None:
     ok = result["success_rate"] >= args.target
     print(
         f"{'PASS' if ok else 'FAIL'}: greedy success {before} -> {result['success_rate']} in {wall / 60:.1f} min"
+        f" (untagged_rate {summary['after_untagged_rate']})"
     )
     sys.exit(0 if ok else 1)
 

@@ -84,6 +84,7 @@ def summarize_episodes(metrics: dict[str, Any], episodes: list[Any]) -> dict[str
         "success_rate": float(metrics.get("success_rate", 0.0)),
         "mean_length": float(metrics.get("mean_length", 0.0)),
         "invalid_rate": float(metrics.get("invalid_rate", 0.0)),
+        "untagged_rate": float(metrics.get("untagged_rate", 0.0)),
         "seeds": [int(e.seed) for e in episodes],
         "returns": returns,
     }
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> Path:
         save(out, results)
         print(
             f"{name:12s} return {row['mean_return']:+.3f} ± {row['return_stderr']:.3f} (n={row['episodes']})"
-            f"  apples {row['apples']:.2f}  invalid {row['invalid_rate']:.3f}",
+            f"  apples {row['apples']:.2f}  invalid {row['invalid_rate']:.3f}  untagged {row['untagged_rate']:.3f}",
             flush=True,
         )
 
@@ -314,8 +315,9 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "LLM: greedy, the `experiment=snake_learn` interface; return includes invalid-answer penalties, "
         "env return does not.",
         "",
-        "| agent | mean return ± stderr (n) | env return | apples / episode | success | length | invalid | training |",
-        "|---|---|---|---|---|---|---|---|",
+        "| agent | mean return ± stderr (n) | env return | apples / episode | success | length | invalid | untagged |"
+        " training |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in ORDER:
         if name not in agents:
@@ -329,7 +331,7 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {LABELS[name]} | {a['mean_return']:+.3f} ± {a['return_stderr']:.3f} ({a['episodes']}) | "
             f"{a['mean_env_return']:+.3f} | {a['apples']:.2f} | {a['success_rate']:.2f} | {a['mean_length']:.1f} | "
-            f"{a['invalid_rate']:.3f} | {train} |"
+            f"{a['invalid_rate']:.3f} | {a.get('untagged_rate', 0.0):.3f} | {train} |"
         )
     lines.append("")
     ok, text = verdict(agents)

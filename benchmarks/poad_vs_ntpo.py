@@ -75,6 +75,7 @@ def read_run(run: Path) -> dict:
         "final_return": final.get("mean_return"),
         "iteration_s": sum(r.get("iteration_s", 0) for r in rows) / max(len(rows), 1),
         "train_invalid_last": rows[-1].get("train/invalid_rate") if rows else None,
+        "final_untagged": final.get("untagged_rate"),
     }
 
 
@@ -108,14 +109,14 @@ def summarize(out: Path, algos: list[str], target: float) -> dict:
         f"# POAD vs NTPO vs MS-GRPO, kitchen tomato salad (target greedy success >= {target})",
         "",
         "| algo | iterations | minutes | s/iteration | to target (iterations) | to target (minutes) |"
-        " final success | final return |",
-        "|---|---|---|---|---|---|---|---|",
+        " final success | final return | untagged_rate |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, d in runs.items():
         to_target = "-" if d["target_minutes"] is None else f"{d['target_minutes']:.1f}"
         lines.append(
             f"| {name} | {d['iterations']} | {d['minutes']:.1f} | {d['iteration_s']:.0f} | {d['target_iteration']} |"
-            f" {to_target} | {d['final_success']} | {d['final_return']} |"
+            f" {to_target} | {d['final_success']} | {d['final_return']} | {d['final_untagged']} |"
         )
     for key in ("ntpo/poad_iterations", "ntpo/poad_minutes", "msgrpo/poad_iterations", "msgrpo/poad_minutes"):
         if key in summary:

@@ -234,6 +234,7 @@ def row_of(data: dict[str, Any]) -> dict[str, Any]:
         "regret": d["final_regret"],
         "return": {"mean": data["mean_return"], "stderr": data["return_stderr"]},
         "invalid_rate": data.get("invalid_rate"),
+        "untagged_rate": data.get("untagged_rate"),
         "greediness": d["greediness"]["share"],
         "frequency_bias": d["frequency_bias"]["share"],
         "frequency_chance": d["frequency_bias"]["chance_share"],
@@ -324,9 +325,9 @@ def markdown(summary: dict[str, Any], evals: dict[str, dict[str, Any]]) -> str:
         "at least once by the end of the episode; regret: cumulative expected regret at the last press "
         "(agentrl/diagnostics.py). Mean ± stderr over episodes.",
         "",
-        "| agent | n | coverage | regret | return | invalid rate | greediness | frequency bias (chance) |"
-        " knowing rate | doing given knowing |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| agent | n | coverage | regret | return | invalid rate | untagged rate | greediness |"
+        " frequency bias (chance) | knowing rate | doing given knowing |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, label in AGENTS.items():
         if name not in rows:
@@ -335,7 +336,8 @@ def markdown(summary: dict[str, Any], evals: dict[str, dict[str, Any]]) -> str:
         freq = f"{share(r['frequency_bias'])} ({share(r['frequency_chance'])})"
         lines.append(
             f"| {label} | {r['episodes']} | {fmt(r['coverage'])} | {fmt(r['regret'], 2)} | {fmt(r['return'], 2)} |"
-            f" {share(r['invalid_rate'])} | {share(r['greediness'])} | {freq} | {share(r['knowing_rate'])} |"
+            f" {share(r['invalid_rate'])} | {share(r.get('untagged_rate'))} | {share(r['greediness'])} | {freq} |"
+            f" {share(r['knowing_rate'])} |"
             f" {share(r['doing_given_knowing'])} |"
         )
     training = summary.get("training")

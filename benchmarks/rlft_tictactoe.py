@@ -101,6 +101,7 @@ def row_of(data: dict[str, Any]) -> dict[str, Any]:
         "draw_rate": data.get("mean_draw_rate"),
         "loss_rate": data.get("mean_loss_rate"),
         "invalid_rate": data.get("invalid_rate"),
+        "untagged_rate": data.get("untagged_rate"),
     }
 
 
@@ -168,8 +169,8 @@ def markdown(summary: dict[str, Any]) -> str:
         "against the random opponent). `return`: eval.json's mean_return (game result plus -5 per unusable "
         "answer); `game return`: win rate - loss rate. Mean ± stderr over games.",
         "",
-        "| model | opponent | n | return | game return | win | draw | loss | invalid rate |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | opponent | n | return | game return | win | draw | loss | invalid rate | untagged rate |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in RUNS:
         if name not in rows:
@@ -178,6 +179,7 @@ def markdown(summary: dict[str, Any]) -> str:
         lines.append(
             f"| {r['model']} | {r['opponent']} | {r['episodes']} | {fmt(r['return'], 2)} | {fmt(r['game_return'], 2)} |"
             f" {share(r['win_rate'])} | {share(r['draw_rate'])} | {share(r['loss_rate'])} | {share(r['invalid_rate'])} |"
+            f" {share(r.get('untagged_rate'))} |"
         )
     training = summary.get("training")
     if training:

@@ -149,27 +149,46 @@ def test_parse_cases(text, lenient, expected):
 
 
 @pytest.mark.parametrize(
-    ("text", "prefill", "expected"),
+    ("text", "prefill", "lenient", "expected"),
     [
-        ("<think>go</think><action>right</action>", "", ("right", False)),
-        ("<action>move right</action>", "", ("right", False)),  # inside a tag: the format was followed
-        ("1. Now you have 8 cells. Go right", "", ("right", True)),  # only the lenient fallback read it
-        ("right", "Move:", ("right", False)),  # a prefilled one-token answer is the requested format
-        ("nothing usable", "", (None, False)),
+        ("<think>go</think><action>right</action>", "", True, ("right", False)),
+        ("<action>move right</action>", "", True, ("right", False)),  # inside a tag: the format was followed
+        ("<action>move right</action>", "", False, (None, False)),  # strict: not an action name
+        ("1. Now you have 8 cells. Go right", "", True, ("right", True)),  # only the lenient fallback read it
+        ("1. Now you have 8 cells. Go right", "", False, (None, True)),  # strict: invalid, still counted
+        ("right", "Move:", False, ("right", False)),  # a prefilled one-token answer is the requested format
+        ("Move: right.", "Move:", False, ("right", False)),  # the answer as the agent parses it
+        ("I move to the right", "I move", False, (None, True)),  # not an action name after the prefill
+        ("I move to the right", "I move", True, ("right", True)),
+        ("nothing usable", "", True, (None, False)),
+        ("nothing usable", "", False, (None, False)),
     ],
 )
-def test_parse_answer_marks_untagged_answers(text, prefill, expected):
-    assert TextInterface(prefill=prefill).parse_answer(text, ["left", "right"]) == expected
+def test_parse_answer_marks_untagged_answers(text, prefill, lenient, expected):
+    interface = TextInterface(prefill=prefill, lenient=lenient)
+    assert interface.parse_answer(text, ["left", "right"]) == expected
 
 
-def test_untagged_answers_are_counted_in_the_eval_metrics(tiny):
+def test_parsing_is_strict_by_default():
+    assert TextInterface().lenient is False
+    assert compose_config([]).agent.lenient is False
+    assert TextInterface().parse("I will go right.", ["left", "right"]) is None
+
+
+@pytest.mark.parametrize("lenient", [True, False])
+def test_untagged_answers_are_counted_in_the_eval_metrics(tiny, lenient):
     _, tokenizer = tiny
     answers = ["<action>right</action>", "so right"]  # the second only the lenient parser reads
-    agent = LLMAgent(TextInterface(), ScriptedBackend(tokenizer, answers))
+    agent = LLMAgent(TextInterface(lenient=lenient), ScriptedBackend(tokenizer, answers))
     episodes = rollout(lambda: Corridor(length=9, max_steps=4), agent, seeds=[0])
-    assert [s.untagged for s in episodes[0].steps] == [False, True, False, True]
+    steps = episodes[0].steps
+    assert [s.untagged for s in steps] == [False, True] * (len(steps) // 2) + [False] * (len(steps) % 2)
+    assert [s.valid for s in steps] == [True, lenient] * (len(steps) // 2) + [True] * (len(steps) % 2)
     metrics = episode_metrics(episodes)
-    assert metrics["invalid_rate"] == 0.0 and metrics["untagged_rate"] == 0.5
+    # counted either way: valid under the lenient parser, invalid under the strict one
+    assert metrics["untagged_rate"] > 0
+    assert metrics["untagged_rate"] == pytest.approx(sum(s.untagged for s in steps) / len(steps))
+    assert metrics["invalid_rate"] == (0.0 if lenient else metrics["untagged_rate"])
 
 
 def test_parse_answer_tag_option():
@@ -369,7 +388,6 @@ def test_auto_interface_gives_frozenlake_one_token_answers_after_the_prefill(tin
         (["agent.prefill='I move'"], "I move", None, "set by agent.prefill"),  # explicit prefill wins
         (["agent.prefill=''"], "", None, "set by agent.prefill"),
         (["agent.sampling.max_new_tokens=8"], "", 8, "max_new_tokens is set"),
-        (["agent.lenient=false"], "", None, "lenient"),
         (["env=tictactoe"], "", None, "not one token"),  # " 1" is two tokens in SmolLM2's vocabulary
     ],
 )
@@ -443,3 +461,45 @@ def test_config_show_prompt_prints_the_exact_prompt():
     assert "Frozen" in prompt and "Valid actions: left, down, right, up" in prompt
     assert prompt.rstrip("─ \n").endswith("I move")  # the assistant turn starts with the prefill
     assert "I move" in mode
+
+
+# ---- strict parsing under `agentrl train` -----------------------------------------------------------------
+@pytest.mark.parametrize("lenient", [False, True])
+def test_training_parses_strictly_unless_lenient_is_set_and_logged(tmp_path, monkeypatch, caplog, lenient):
+    """A policy whose every answer names a move outside the tag: invalid in training by default; with
+    agent.lenient=true valid, and the run's log says so at the start. untagged_rate counts it both ways."""
+    import json
+    import logging
+
+    from agentrl.agents.backends import HFBackend
+    from agentrl.trainers.multistep import train_llm
+
+    def untagged(self, prompts, sampling, *, seed=None):
+        ids = self.tokenizer(" I go right", add_special_tokens=False).input_ids
+        return [(ids, [-1.0] * len(ids)) for _ in prompts]
+
+    monkeypatch.setattr(HFBackend, "generate", untagged)
+    overrides = [
+        "task=train",
+        "algo=msgrpo",
+        "model=tiny-random",
+        "agent.prefill=''",
+        "algo.iterations=1",
+        "algo.group_size=2",
+        "algo.groups_per_iteration=1",
+        "algo.gradient_accumulation_steps=1",
+        "algo.eval_before=false",
+        "algo.save_final=false",
+        "eval.episodes=1",
+    ]
+    if lenient:
+        overrides.append("agent.lenient=true")
+    with caplog.at_level(logging.WARNING, logger="agentrl"):
+        result = train_llm(compose_config(overrides), tmp_path)
+    row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["train/untagged_rate"] == 1.0 and result.metrics["untagged_rate"] == 1.0
+    assert row["train/invalid_rate"] == (0.0 if lenient else 1.0)
+    assert result.metrics["invalid_rate"] == (0.0 if lenient else 1.0)
+    warned = [r for r in caplog.records if "agent.lenient=true" in r.getMessage()]
+    assert len(warned) == (1 if lenient else 0)
+    assert not warned or warned[0].levelno == logging.WARNING

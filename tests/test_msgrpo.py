@@ -31,8 +31,8 @@ def make_episode(rewards: list[float], group_id: int, with_generation: bool = Tr
 
 
 def test_group_advantages_known_answer():
-    # group 0 returns: 1, 0, 0, 1 -> mean 0.5, population std 0.5 -> A = +1, -1, -1, +1
-    # group 1 returns: 3 (=1+2), 1 -> mean 2, std 1 -> A = +1, -1
+    # group 0 returns: 1, 0, 0, 1 -> mean 0.5, sample std sqrt(1/3) -> A = ±sqrt(3)/2
+    # group 1 returns: 3 (=1+2), 1 -> mean 2, sample std sqrt(2) -> A = ±1/sqrt(2)
     episodes = [
         make_episode([0.0, 1.0], 0),
         make_episode([0.0], 0),
@@ -42,10 +42,11 @@ def test_group_advantages_known_answer():
         make_episode([1.0], 1),
     ]
     adv = group_advantages(episodes, eps=0.0)
-    assert adv == pytest.approx([1.0, -1.0, -1.0, 1.0, 1.0, -1.0])
+    h, r = math.sqrt(3) / 2, 1 / math.sqrt(2)
+    assert adv == pytest.approx([h, -h, -h, h, r, -r])
     # eps shrinks the scale slightly; without std normalisation only the mean is subtracted
     adv_eps = group_advantages(episodes, eps=0.5)
-    assert adv_eps[0] == pytest.approx(0.5 / 1.0)
+    assert adv_eps[0] == pytest.approx(0.5 / (math.sqrt(1 / 3) + 0.5))
     raw = group_advantages(episodes, normalize_std=False)
     assert raw == pytest.approx([0.5, -0.5, -0.5, 0.5, 1.0, -1.0])
 
@@ -59,8 +60,23 @@ def test_groups_are_independent_and_order_preserved():
         make_episode([3.0], 1),
     ]
     adv = group_advantages(episodes, eps=0.0)
-    assert adv == pytest.approx([1.0, 1.0, -1.0, -1.0])
+    r = 1 / math.sqrt(2)
+    assert adv == pytest.approx([r, r, -r, -r])
     assert sum(adv) == pytest.approx(0.0)
+
+
+def test_group_std_is_the_authors_sample_std():
+    # the authors' compute_grpo_outcome_advantage divides by torch.std (ddof 1): returns [0, 1] give
+    # ±0.707, not the population std's ±1
+    episodes = [make_episode([0.0], 0), make_episode([1.0], 0)]
+    assert group_advantages(episodes, eps=0.0) == pytest.approx([-1 / math.sqrt(2), 1 / math.sqrt(2)])
+    torch = pytest.importorskip("torch")
+    returns = torch.tensor([0.0, 1.0, 1.0, 3.0])
+    expected = ((returns - returns.mean()) / (torch.std(returns) + 1e-6)).tolist()
+    group = [make_episode([float(r)], 0) for r in returns]
+    assert group_advantages(group) == pytest.approx(expected)
+    # a group of one has no spread: advantage 0 (torch.std would give nan)
+    assert group_advantages([make_episode([2.0], 3)]) == [0.0]
 
 
 def test_all_equal_returns_give_zero_advantages_and_zero_variance_groups():
@@ -97,10 +113,10 @@ def test_aaw_drops_zero_variance_groups_and_respects_count():
 
 
 def test_aaw_probability_proportional_to_abs_advantage():
-    # one group with returns 0,0,0,4: A = (-1/sqrt3)x3 and +sqrt3 -> |A| weights 1,1,1,3 (sum 6)
+    # one group with returns 0,0,0,4: mean 1, sample std 2, A = -0.5 x3 and +1.5 -> |A| weights 1,1,1,3
     episodes = [make_episode([r], 0) for r in (0.0, 0.0, 0.0, 4.0)]
     adv = group_advantages(episodes, eps=0.0)
-    assert adv[3] == pytest.approx(math.sqrt(3))
+    assert adv[3] == pytest.approx(1.5)
     rng = np.random.default_rng(1)
     draws = [aaw_sample(episodes, adv, count=1, rng=rng, eps=0.0)[0] for _ in range(6000)]
     share = draws.count(3) / len(draws)
@@ -108,6 +124,19 @@ def test_aaw_probability_proportional_to_abs_advantage():
     # the uniform ablation picks it 1/4 of the time
     uniform = [uniform_sample(episodes, count=1, rng=rng)[0] for _ in range(6000)]
     assert uniform.count(3) / len(uniform) == pytest.approx(0.25, abs=0.03)
+
+
+def test_aaw_eps_zero_keeps_only_nonzero_advantages_and_takes_fewer():
+    # the issue's example: returns [1, 1, 0, 2, 1, 1] in one group, fraction 0.5 -> K = 3, but only two
+    # episodes (returns 0 and 2) have A != 0; p ∝ |A| gives the others probability 0, so those two are
+    # kept and no third is drawn (numpy's choice would raise "Fewer non-zero entries in p than size")
+    episodes = [make_episode([r], 0) for r in (1.0, 1.0, 0.0, 2.0, 1.0, 1.0)]
+    adv = group_advantages(episodes)
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        assert aaw_sample(episodes, adv, fraction=0.5, rng=rng, eps=0.0) == [2, 3]
+    # with the default eps the zero-advantage episodes can fill up K
+    assert len(aaw_sample(episodes, adv, fraction=0.5, rng=np.random.default_rng(0), eps=1e-3)) == 3
 
 
 def test_aaw_rejects_bad_settings():

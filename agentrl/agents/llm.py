@@ -8,8 +8,12 @@ llm.yaml`:
   `history` steps ("action -> reward" lines; MS-GRPO shows no history, RLFT the last C transitions),
   the valid actions and the answer format (`<action>NAME</action>`, or reasoning in
   `<think>...</think>` first when `cot` is on);
-- parsing never raises: the last tagged answer naming a valid action wins; with `lenient`, a completion
-  without a usable tag falls back to the last valid action named as a whole word (outside `<think>`);
+- parsing never raises and is strict by default: the last tagged answer naming a valid action wins, and
+  with a prefill the text after it being exactly a valid action name is the asked format too (the
+  one-token answers). With `lenient` (off by default; training logs a warning), a completion without a
+  usable tag falls back to the last valid action named as a whole word (outside `<think>`). Either way an
+  answer that names an action only outside the format is counted as untagged (`untagged_rate`): valid
+  under `lenient`, invalid otherwise;
 - an unparseable or illegal answer is invalid and handled by `invalid_rule`: `penalty_default` executes
   the env's default action and adds `invalid_penalty` (MS-GRPO: default action, reward -1),
   `penalty_end` does the same and ends the episode, `random` executes a random legal action (RLFT);
@@ -17,7 +21,8 @@ llm.yaml`:
   every action name of the env is a single token after `AUTO_PREFILL`, the assistant turn starts with
   it and the model answers with ONE token (a small model mostly echoes the observation when it writes
   free text, and one token per step is the cheapest answer there is); otherwise, and always with `cot`,
-  answers are free text with no prefill. An explicit `prefill` or `sampling.max_new_tokens` wins.
+  answers are free text with no prefill. An explicit `prefill` or `sampling.max_new_tokens` wins. The
+  one-token answer is a format of its own: the strict parser takes it when it is exactly an action name.
 - free-text envs (`TextEnv.free_text_action`, e.g. datascicoding): the answer is text, not an action
   name. `extract_text` takes the content of the last non-empty `<action>...</action>` (or an unclosed
   `<action>` at the end), and from it the last fenced block when it holds one; without a tag, the last
@@ -69,7 +74,7 @@ class TextInterface:
     history_observations: bool = False
     cot: bool = False
     answer_tag: str = "action"
-    lenient: bool = True
+    lenient: bool = False
     system_prompt: str | None = None
     prefill: str = ""
     invalid_rule: str = "penalty_default"
@@ -176,32 +181,53 @@ class TextInterface:
         return self.parse_answer(text, valid_actions)[0]
 
     def parse_answer(self, text: str, valid_actions: list[str]) -> tuple[str | None, bool]:
-        """(the valid action named by `text` or None, whether only the lenient fallback found it: no
-        tagged answer named it, and the answer is free text rather than a prefilled one). Never raises."""
+        """(the valid action named by `text` or None, whether the answer is untagged: no answer in the
+        asked format, but a valid action named outside it, which only the lenient parser reads: valid
+        with `lenient`, invalid without). Never raises."""
         try:
-            name, tagged = self._parse(str(text)[-_MAX_PARSE_CHARS:], list(valid_actions))
+            text, valid = str(text)[-_MAX_PARSE_CHARS:], list(valid_actions)
+            name, tagged = self._parse(text, valid)
+            if name is None and not self.lenient:  # would the lenient parser have read one?
+                loose, tagged = self._loose(text, valid, self._answers(text))
+                return None, loose is not None and not tagged
         except Exception:  # a parser bug must not crash a rollout: count it as an invalid answer
             log.debug("parse failed on %r", text, exc_info=True)
             return None, False
-        return name, name is not None and not tagged and not self.prefill
+        return name, name is not None and not tagged
 
-    def _parse(self, text: str, valid_actions: list[str]) -> tuple[str | None, bool]:
-        """(action name or None, whether it came from a tagged answer)."""
-        if not valid_actions:
-            return None, False
-        by_lower = {a.lower(): a for a in valid_actions}
+    def _answers(self, text: str) -> list[str]:
+        """The contents of the tagged answers, and of an unclosed tag at the end, in order."""
         answers = [m.group(1) for m in self._tagged.finditer(text)]
         tail = self._open_tail.search(text)
         if tail is not None:
             answers.append(tail.group(1))
+        return answers
+
+    def _parse(self, text: str, valid_actions: list[str]) -> tuple[str | None, bool]:
+        """(action name or None, whether it came from an answer in the asked format)."""
+        if not valid_actions:
+            return None, False
+        by_lower = {a.lower(): a for a in valid_actions}
+        answers = self._answers(text)
         for answer in reversed(answers):  # the last answer counts
             name = by_lower.get(answer.strip(_STRIP_CHARS).lower())
             if name is not None:
                 return name, True
+        if self.prefill:  # the prefilled format: the text after the prefill is exactly an action name
+            after = text[len(self.prefill) :] if text.startswith(self.prefill) else text
+            name = by_lower.get(after.strip(_STRIP_CHARS).lower())
+            if name is not None:
+                return name, True
         if not self.lenient:
             return None, False
-        # Lenient: a tagged answer that names exactly one valid action ("<action>move right</action>"),
-        # else the last valid action named anywhere after the reasoning.
+        return self._loose(text, valid_actions, answers)
+
+    def _loose(self, text: str, valid_actions: list[str], answers: list[str]) -> tuple[str | None, bool]:
+        """The lenient reading: (action or None, whether it came from inside a tag)."""
+        if not valid_actions:
+            return None, False
+        # a tagged answer that names exactly one valid action ("<action>move right</action>"), else the
+        # last valid action named anywhere after the reasoning
         for answer in reversed(answers):
             named = {m for m in _mentions(answer, valid_actions)}
             if len(named) == 1:
@@ -452,8 +478,7 @@ def resolve_interface(
 ) -> ResolvedInterface:
     """Resolve `prefill: auto` for an env whose actions are `action_names`: `AUTO_PREFILL` and one-token
     answers when every action name is one token after it, else free text without a prefill. An explicit
-    prefill, an explicit max_new_tokens other than 1, chain-of-thought, a strict parser (the one-token
-    answer carries no tag) or no tokenizer to check with (an openai model without `model.tokenizer`)
+    prefill, an explicit max_new_tokens other than 1, chain-of-thought or no tokenizer to check with (an openai model without `model.tokenizer`)
     all mean the configured settings are used as they are (auto -> no prefill)."""
     prefill = agent_cfg.get("prefill")
     sampling_cfg = agent_cfg.get("sampling")
@@ -473,8 +498,6 @@ def resolve_interface(
         return ResolvedInterface("", max_new, "auto: chain-of-thought answers are free text")
     if max_new not in (None, 1):
         return ResolvedInterface("", max_new, "auto: agent.sampling.max_new_tokens is set")
-    if not agent_cfg.get("lenient", True):
-        return ResolvedInterface("", max_new, "auto: agent.lenient=false needs tagged answers")
     if tokenizer is None:
         return ResolvedInterface("", max_new, "auto: no tokenizer to check the action names with")
     longer = [name for name in action_names if not single_token_after(tokenizer, AUTO_PREFILL, name)]
@@ -558,6 +581,40 @@ def build_llm_agent(cfg: Any, **kwargs: Any) -> LLMAgent:
     return LLMAgent(interface, backend, sampling, decision=decision, score_normalization=normalization)
 
 
+def demonstration_answer(interface: TextInterface, action: str, valid_actions: list[str]) -> str:
+    """The completion (the text after the prefill) a demonstration writes for `action`: exactly the format
+    the strict parser reads. `<tag>NAME</tag>`; with `cot` a short templated rationale first (the
+    options and the choice); after a prefill, the rest of that answer, or, for a prefill that is not the
+    start of it ("Move:", "I move"), the action name after a space (the one-token answers)."""
+    tag = interface.answer_tag
+    answer = f"<{tag}>{action}</{tag}>"
+    if interface.cot:
+        options = ", ".join(valid_actions)
+        answer = f"<think>The valid actions are {options}. I choose {action}.</think>\n{answer}"
+    prefill = interface.prefill
+    if answer.startswith(prefill):
+        return answer[len(prefill) :]
+    if interface.cot:
+        raise ConfigError(
+            f"agent.prefill={prefill!r} with agent.cot=true: a demonstration starts with <think>; use no "
+            "prefill or one the demonstration starts with"
+        )
+    return ("" if prefill[-1].isspace() else " ") + action
+
+
+def warn_if_lenient(cfg: Any) -> bool:
+    """A training run with `agent.lenient=true` says so in its log, at the start: its answers without a
+    usable tag are played, so its results count only under the lenient parser. Returns whether it is."""
+    if cfg.agent.get("name", "llm") != "llm" or not cfg.agent.get("lenient", False):
+        return False
+    log.warning(
+        "agent.lenient=true: answers without a usable <%s> tag play the last valid action they name "
+        "(counted in untagged_rate); the default, strict parsing, makes them invalid",
+        cfg.agent.get("answer_tag") or "action",
+    )
+    return True
+
+
 def _cpu_threads(cfg: Any, backend: Backend) -> None:
     model = getattr(backend, "model", None)
     parameters = getattr(model, "parameters", None)
@@ -613,10 +670,12 @@ __all__ = [
     "ResolvedInterface",
     "TextInterface",
     "build_llm_agent",
+    "demonstration_answer",
     "describe_interface",
     "env_action_names",
     "format_prompt_preview",
     "resolve_interface",
     "sampling_from_cfg",
     "single_token_after",
+    "warn_if_lenient",
 ]

@@ -6,10 +6,12 @@ their output into the tensors TRL's clipped surrogate expects.
 
 - Episode return        R_i = sum_t r_{i,t}                       ("the entire cumulative episode reward")
 - Group advantage       A_i = (R_i - mean_g(R)) / (std_g(R) + eps)  (GRPO over episode returns; g = the
-                        group of G episodes that share an env seed)
+                        group of G episodes that share an env seed; std is the sample std, ddof 1, as
+                        the authors' `torch.std`)
 - Credit                every step t of episode i carries A_i on all its completion tokens
 - AAW                   train on K episodes drawn without replacement with p_i ∝ |A_i| + eps (the paper
-                        leaves the exact form open; docs/algorithms.md#aaw)
+                        leaves the exact form open; docs/algorithms.md#aaw); with eps = 0 only episodes
+                        with A_i != 0 can be drawn, so fewer than K may be kept
 """
 
 from __future__ import annotations
@@ -35,9 +37,12 @@ def _groups(episodes: Sequence[Episode]) -> dict[int, list[int]]:
 
 
 def _std(values: Sequence[float]) -> float:
-    # Population std (ddof=0) as in the authors' GRPO code; a group of one has std 0.
+    # The sample std (ddof 1): the authors' compute_grpo_outcome_advantage calls torch.std, whose default
+    # is unbiased. A group of one has no spread (torch.std would give nan); its advantage is 0 anyway.
+    if len(values) < 2:
+        return 0.0
     mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def group_advantages(
@@ -81,7 +86,9 @@ def aaw_sample(
 
     K = `count`, else round(`fraction` * number of candidate episodes), else all candidates. Candidates
     are the episodes of groups with non-zero return variance (`skip_zero_variance`): the others have
-    A_i = 0 and would add only compute. K is capped at the number of candidates.
+    A_i = 0 and would add only compute. K is capped at the number of candidates, and, with `eps` = 0 (the
+    paper's literal p ∝ |A|), at the number of candidates with a non-zero weight: an episode of
+    probability 0 is never drawn, so fewer than K are kept rather than filling up with zero-weight ones.
     """
     if len(advantages) != len(episodes):
         raise ValueError("advantages and episodes differ in length")
@@ -97,13 +104,13 @@ def aaw_sample(
         k = int(round(fraction * len(candidates)))
     else:
         k = len(candidates)
-    k = min(k, len(candidates))
+    weights = np.array([abs(advantages[i]) + eps for i in candidates], dtype=np.float64)
+    k = min(k, len(candidates), int(np.count_nonzero(weights)))
     if k == 0:
         return []
     if k == len(candidates):
         return candidates
     rng = rng if rng is not None else np.random.default_rng()
-    weights = np.array([abs(advantages[i]) + eps for i in candidates], dtype=np.float64)
     chosen = rng.choice(len(candidates), size=k, replace=False, p=weights / weights.sum())
     return sorted(candidates[j] for j in chosen)
 

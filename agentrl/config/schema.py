@@ -306,6 +306,11 @@ class AgentRLConfig(Schema):
         "eval: a training run directory (or its final/ or checkpoint-N) to evaluate with the run's own "
         "env, agent and interface settings",
     )
+    init_from: str | None = setting(
+        None,
+        "train: start from another training run's weights (its final/, else its newest checkpoint, or a "
+        "final/ or checkpoint-N inside it); the run must have trained the same base model",
+    )
     from_run_env: str | None = setting(
         None,
         "eval from_run: evaluate the trained model on this env option instead of the run's own (zero-shot "
@@ -522,7 +527,11 @@ class LLMAgentConfig(Schema):
     history_observations: bool = setting(False, "also show those steps' observations (longer prompts)")
     cot: bool = setting(False, "reason inside <think>...</think> before answering")
     answer_tag: str = setting("action", "the answer is read from <tag>NAME</tag>; a plain tag name")
-    lenient: bool = setting(True, "no usable tag: take the last valid action named as a whole word")
+    lenient: bool = setting(
+        False,
+        "true: an answer without a usable tag plays the last valid action it names (train logs a warning); "
+        "false: it is invalid. Either way it counts in untagged_rate",
+    )
     stop_at_answer: bool = setting(True, "stop generating after the closing answer tag")
     system_prompt: str | None = setting(
         None,
@@ -950,6 +959,50 @@ class RLFTConfig(LLMAlgoConfig):
 
 
 @dataclass
+class SFTConfig(Schema):
+    """Supervised fine-tuning on demonstrations with TRL's SFTTrainer: behaviour cloning of the planner or
+    a format warm-up on random valid actions, written through the LLM agent's own prompt and answer
+    format (conf/algo/sft.yaml; agentrl/trainers/sft.py; docs/algorithms.md#sft)."""
+
+    PREFIX: ClassVar[str | None] = "algo"
+
+    name: str = setting("sft", "algorithm name (selects the trainer)", choices=("sft",))
+    demonstrations: str = setting(
+        "planner",
+        "who plays the demonstrations: planner (expert play: behaviour cloning, the RLFT paper's baseline) | "
+        "random (uniformly random valid actions: teaches the answer format, leaves the policy to RL)",
+        "paper",
+        choices=("planner", "random"),
+    )
+    episodes: int = setting(
+        64, "demonstration episodes, on training seeds (never the held-out eval seeds)", ge=1
+    )
+    epochs: float = setting(3.0, "passes over the demonstrations", gt=0)
+    max_updates: int | None = setting(None, "optimizer steps at most (null: epochs decide)", ge=1)
+    batch_size: int = setting(8, "demonstration steps per micro-batch", ge=1)
+    gradient_accumulation_steps: int = setting(1, "micro-batches per optimizer step", ge=1)
+    learning_rate: float = setting(5.0e-5, "AdamW learning rate", gt=0)
+    lr_scheduler: str = setting("constant", "transformers scheduler type", choices=LR_SCHEDULERS)
+    warmup_steps: int = setting(0, "linear warmup steps", ge=0)
+    weight_decay: float = setting(0.0, "AdamW weight decay", ge=0)
+    max_grad_norm: float = setting(1.0, "gradient clipping norm", gt=0)
+    precision: str = setting(
+        "auto",
+        "fp32 | bf16-mixed (fp32 master weights, bf16 autocast) | bf16-pure | auto: bf16-mixed on CUDA, fp32 on CPU",
+        choices=("auto", "fp32", "bf16-mixed", "bf16-pure"),
+    )
+    max_new_tokens: int | None = setting(
+        None, "evaluation answer budget (null: the agent's own setting)", ge=1
+    )
+    eval_temperature: float = setting(0.0, "evaluation temperature; 0 = greedy", ge=0)
+    eval_before: bool = setting(True, "evaluate the base policy before training (eval.json before)")
+    save_final: bool = setting(True, "write the trained model (or LoRA adapter) to final/")
+    torch_threads: int | None = setting(
+        None, "torch.set_num_threads on CPU (null: the free cores, unless $OMP_NUM_THREADS is set)", ge=1
+    )
+
+
+@dataclass
 class DQNConfig(Schema):
     """DQN baseline: Stable-Baselines3 `DQN` with an MLP Q-network (conf/algo/dqn.yaml). The SB3 keys
     keep SB3's parameter names and go to `stable_baselines3.DQN(...)` unchanged."""
@@ -1054,6 +1107,7 @@ SCHEMAS: dict[str, dict[str, type[Schema]]] = {
         "ntpo": POADConfig,
         "twosome": POADConfig,
         "rlft": RLFTConfig,
+        "sft": SFTConfig,
         "dqn": DQNConfig,
     },
     "distributed": {name: DistributedConfig for name in DISTRIBUTED},
@@ -1080,6 +1134,7 @@ def schema_name(cls: type[Schema]) -> str:
         MSGRPOConfig: "msgrpo",
         POADConfig: "poad",
         RLFTConfig: "rlft",
+        SFTConfig: "sft",
         DQNConfig: "dqn",
         DistributedConfig: "distributed",
     }

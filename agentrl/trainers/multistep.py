@@ -1066,7 +1066,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from agentrl.agents.llm import build_llm_agent
+    from agentrl.agents.llm import build_llm_agent, warn_if_lenient
     from agentrl.config import typed
     from agentrl.diagnostics import diagnostics_section
     from agentrl.envs import env_factory
@@ -1120,6 +1120,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
             log.warning("%s has no value head: the critic starts untrained", checkpoint.name)
         dist.broadcast_parameters(critic.head)  # outside DDP: every process starts from process 0's head
         log.info("Critic: value head on the frozen %s", "LoRA base" if critic.lora else "initial weights")
+    warn_if_lenient(cfg)
     if spec.name == "rlft" and not cfg.agent.get("cot", False):
         log.warning("algo=rlft trains rationales: set agent.cot=true (the presets experiment=rlft_* do)")
     if spec.decision != cfg.agent.get("decision", "generate"):

@@ -1,0 +1,335 @@
+"""`algo=sft`: supervised fine-tuning on demonstrations with TRL's `SFTTrainer` (docs/algorithms.md#sft).
+
+    demonstrations  a classic agent (`algo.demonstrations`: the planner, or uniformly random valid
+                    actions) plays `algo.episodes` episodes on training seeds (`multistep.training_seed`,
+                    below `eval.seed_offset`: never a held-out eval seed)
+    rows            every step -> one prompt-completion pair written through the LLM agent's own interface:
+                    the prompt is exactly the text the agent renders there (chat template, history,
+                    prefill), the completion the answer the strict parser reads as the demonstrated
+                    action (`agents/llm.py demonstration_answer`). Both are tokenised as the agent does
+                    (separately, no special tokens added), so the model learns the token boundary it
+                    generates at; the closing answer tag is followed by the end-of-turn token
+    update          TRL's SFTTrainer on the tokenised rows: the loss is on the completion tokens only
+                    (`completion_only_loss`), TRL's collator, optimizer, scheduler and logging
+    run             as every training run: eval before/after on the held-out seeds (eval.json),
+                    metrics.jsonl (TRL's loss, token accuracy, ...), `final/`
+
+`check_train` (the pre-launch checks of `init_from` and of algo=sft) imports neither torch nor TRL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from agentrl.agents.base import Agent
+from agentrl.errors import ConfigError
+from agentrl.types import Decision, Episode, Generation, StepContext, TrainResult
+
+log = logging.getLogger(__name__)
+
+#: demonstration rows whose answer log-likelihood is measured before and after training (eval.json)
+NLL_ROWS = 64
+
+
+def check_train(cfg: DictConfig) -> None:
+    """Pre-launch checks: `init_from` (any task), and for algo=sft an env the demonstrator can play."""
+    from agentrl.trainers.init_from import init_source
+
+    init_source(cfg)
+    if cfg.task != "train" or cfg.algo.name != "sft":
+        return
+    from agentrl.agents.llm import env_free_text
+
+    if env_free_text(cfg):
+        raise ConfigError(
+            f"algo=sft: {cfg.env.name}'s answers are free text; demonstrations need action names"
+        )
+    if cfg.algo.demonstrations == "planner":
+        teacher(cfg)  # an env without a planner fails here, in one line
+
+
+def teacher(cfg: DictConfig) -> Agent:
+    """The classic agent that plays the demonstrations (`algo.demonstrations`)."""
+    from agentrl.agents.baselines import PlannerAgent, RandomAgent
+
+    if cfg.algo.demonstrations == "random":
+        return RandomAgent()
+    from agentrl.config.schema import PlannerAgentConfig
+
+    options = {f.name: f.default for f in dataclasses.fields(PlannerAgentConfig)}
+    options.pop("name"), options.pop("explore")
+    return PlannerAgent(cfg.env.name, **options)
+
+
+class Demonstrator(Agent):
+    """`teacher`'s decisions, each with the generation the LLM agent would have made to take it: the
+    agent's prompt, and the answer in its format (the demonstration text)."""
+
+    name = "demonstrator"
+
+    def __init__(self, teacher: Agent, interface: Any, tokenizer: Any):
+        self.teacher, self.interface, self.tokenizer = teacher, interface, tokenizer
+        tag_end = f"</{interface.answer_tag}>"
+        eos = tokenizer.eos_token_id
+        self._end = [eos] if eos is not None else []
+        self._tag_end = tag_end
+
+    def act(self, contexts: list[StepContext]) -> list[Decision]:
+        from agentrl.agents.llm import demonstration_answer
+
+        decisions = self.teacher.act(contexts)
+        for ctx, decision in zip(contexts, decisions, strict=True):
+            valid = ctx.info.get("valid_actions") or ctx.env.valid_actions()
+            action = ctx.env.action_names[decision.action]
+            prompt = self.interface.render(self.interface.messages(ctx), self.tokenizer)
+            answer = demonstration_answer(self.interface, action, list(valid))
+            ids = self._ids(answer)
+            decision.generation = Generation(prompt, answer, self._ids(prompt), ids + self._turn_end(answer))
+        return decisions
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def _turn_end(self, answer: str) -> list[int]:
+        # an answer that closes its tag ends the assistant's turn; a bare one-token answer after a
+        # prefill is all the agent generates, so nothing follows it
+        return self._end if answer.endswith(self._tag_end) else []
+
+
+def demonstration_seeds(cfg: DictConfig, episodes: int) -> list[int]:
+    """Training seeds of the demonstration episodes: iteration 0's groups of `multistep.training_seed`,
+    below `eval.seed_offset`, so they never meet the held-out eval seeds."""
+    from agentrl.trainers.multistep import training_seed
+
+    return [training_seed(int(cfg.seed), 0, k, int(cfg.eval.seed_offset)) for k in range(episodes)]
+
+
+def demonstrations(cfg: DictConfig, interface: Any, tokenizer: Any) -> list[Episode]:
+    """`algo.episodes` episodes of the teacher on training seeds; every step carries its demonstration."""
+    from agentrl.envs import env_factory
+    from agentrl.rollout import rollout
+
+    seeds = demonstration_seeds(cfg, int(cfg.algo.episodes))
+    agent = Demonstrator(teacher(cfg), interface, tokenizer)
+    return rollout(env_factory(cfg.env), agent, seeds, list(range(len(seeds))), agent_seed=int(cfg.seed))
+
+
+def demonstration_rows(episodes: list[Episode]) -> list[dict[str, list[int]]]:
+    """One tokenised SFT row per step: prompt + completion ids and the mask of the completion tokens."""
+    rows = []
+    for episode in episodes:
+        for step in episode.steps:
+            generation = step.generation
+            prompt, completion = list(generation.prompt_ids), list(generation.completion_ids)
+            rows.append(
+                {
+                    "input_ids": prompt + completion,
+                    "completion_mask": [0] * len(prompt) + [1] * len(completion),
+                }
+            )
+    return rows
+
+
+def answer_nll(model: Any, rows: list[dict[str, list[int]]]) -> float:
+    """Mean negative log-likelihood per completion token of `rows` under `model` (no gradient)."""
+    import torch
+
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for row in rows:
+            ids = torch.tensor([row["input_ids"]], device=device)
+            mask = torch.tensor(row["completion_mask"][1:], device=device, dtype=torch.bool)
+            logps = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+            picked = logps.gather(1, ids[0, 1:, None])[:, 0]
+            total -= float(picked[mask].sum())
+            count += int(mask.sum())
+    model.train(was_training)
+    return total / max(count, 1)
+
+
+def sft_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str) -> Any:
+    """TRL's SFTConfig from the typed algo config: completion-only loss, no TRL-side saving or logging."""
+    from trl import SFTConfig
+
+    scheduler = algo.lr_scheduler
+    if scheduler == "constant" and algo.warmup_steps > 0:
+        scheduler = "constant_with_warmup"  # transformers' "constant" ignores warmup_steps silently
+    return SFTConfig(
+        output_dir=str(run_dir),
+        num_train_epochs=algo.epochs,
+        max_steps=algo.max_updates or -1,
+        per_device_train_batch_size=algo.batch_size,
+        gradient_accumulation_steps=algo.gradient_accumulation_steps,
+        learning_rate=algo.learning_rate,
+        lr_scheduler_type=scheduler,
+        warmup_steps=algo.warmup_steps,
+        weight_decay=algo.weight_decay,
+        max_grad_norm=algo.max_grad_norm,
+        completion_only_loss=True,  # the rows are tokenised already (their completion_mask)
+        max_length=None,  # a demonstration is never cut: its answer is at the end
+        bf16=precision == "bf16-mixed",
+        use_cpu=not device.startswith("cuda"),
+        # TRL turns gradient checkpointing on by default; these rows are short and it costs a second forward
+        activation_checkpointing=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=seed,
+        data_seed=seed,
+        dataloader_num_workers=0,
+    )
+
+
+def train_sft(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResult:
+    """Train on demonstrations; write metrics.jsonl, eval_before.json and final/ into `run_dir` (eval.json
+    is the runner's). `resume`: SFT keeps no checkpoints, so it trains again from the start."""
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import SFTTrainer
+
+    from agentrl import distributed as dist
+    from agentrl.agents.llm import build_llm_agent, warn_if_lenient
+    from agentrl.config import typed
+    from agentrl.console import set_torch_threads
+    from agentrl.envs import env_factory
+    from agentrl.evaluation import eval_seeds, evaluate
+    from agentrl.models import load_model, model_config, resolve_device
+    from agentrl.runlog import MetricsLog, progress, write_json
+    from agentrl.trainers.multistep import resolve_precision
+
+    if dist.world_size() > 1:
+        raise ConfigError("algo=sft runs in one process: use distributed=none")
+    algo = typed(cfg.algo)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    set_torch_threads(algo.torch_threads)
+    warn_if_lenient(cfg)
+    if resume:
+        log.warning("algo=sft keeps no checkpoints: %s trains again from the start", run_dir)
+
+    model_cfg = model_config(cfg.model)
+    device = resolve_device(model_cfg.device)
+    precision = resolve_precision(algo.precision, device)
+    lora_base = precision == "bf16-mixed" and model_cfg.lora.r > 0
+    dtype = "bfloat16" if precision == "bf16-pure" or lora_base else "float32"
+    model, tokenizer = load_model(dataclasses.replace(model_cfg, dtype=dtype), for_training=True)
+    policy = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
+    max_new = algo.max_new_tokens or policy.sampling.max_new_tokens
+    eval_agent = policy.configured(
+        sampling=dataclasses.replace(
+            policy.sampling, temperature=algo.eval_temperature, max_new_tokens=max_new
+        )
+    )
+    eval_env, seeds, seed = env_factory(cfg.env), eval_seeds(cfg), int(cfg.seed)
+
+    def run_eval(description: str) -> tuple[dict[str, Any], list[Episode]]:
+        return evaluate(
+            eval_env, eval_agent, seeds, lockstep=cfg.eval.lockstep, description=description, agent_seed=seed
+        )
+
+    before = None
+    if algo.eval_before:
+        before = run_eval("eval before training")[0]
+        write_json(run_dir / "eval_before.json", before)
+        log.info(
+            "Before training: success %.3f return %.3f invalid %.3f",
+            before["success_rate"],
+            before["mean_return"],
+            before["invalid_rate"],
+        )
+
+    played = demonstrations(cfg, policy.interface, tokenizer)
+    rows = demonstration_rows(played)
+    demo = {
+        "demonstrations": algo.demonstrations,
+        "episodes": len(played),
+        "steps": len(rows),
+        "success_rate": sum(e.success for e in played) / max(len(played), 1),
+        "mean_return": sum(e.episode_return for e in played) / max(len(played), 1),
+        "seeds": [e.seed for e in played],
+    }
+    log.info("Demonstrations: %d episodes (%s), %d steps", len(played), algo.demonstrations, len(rows))
+    if not rows:
+        raise ConfigError("algo=sft: the demonstrations have no steps to train on")
+    demo["answer_nll_before"] = answer_nll(model, rows[:NLL_ROWS])
+
+    trainer = SFTTrainer(
+        model=model,
+        args=sft_config(algo, run_dir, device, seed, precision),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    metrics_log = MetricsLog(run_dir)
+    start = time.perf_counter()
+    try:
+        with progress("sft", total=None) as bar:
+            trainer.add_callback(_metrics_rows(metrics_log, bar))
+            trainer.train()
+    finally:
+        metrics_log.close()
+    train_time = time.perf_counter() - start
+    demo["answer_nll_after"] = answer_nll(model, rows[:NLL_ROWS])
+    log.info(
+        "Answer NLL on the demonstrations: %.4f -> %.4f", demo["answer_nll_before"], demo["answer_nll_after"]
+    )
+
+    if algo.save_final:
+        with dist.shared_atomic_dir(run_dir / "final") as tmp:
+            trainer.save_model(str(tmp))
+            tokenizer.save_pretrained(str(tmp))
+    final, episodes = run_eval("eval after training")
+    log.info(
+        "After training: success %.3f return %.3f invalid %.3f",
+        final["success_rate"],
+        final["mean_return"],
+        final["invalid_rate"],
+    )
+    (run_dir / "demonstrations.json").write_text(json.dumps(demo, indent=2) + "\n")
+    extra: dict[str, Any] = {
+        "updates": trainer.state.global_step,
+        "train_time_s": round(train_time, 3),
+        "demonstrations": {k: v for k, v in demo.items() if k != "seeds"},
+    }
+    if before is not None:
+        extra["before"] = before
+    return TrainResult(final, episodes, extra)
+
+
+def _metrics_rows(metrics_log: Any, bar: Any) -> Any:
+    """A TRL callback: each logged step's numbers (loss, token accuracy, lr, ...) -> metrics.jsonl."""
+    from transformers import TrainerCallback
+
+    class MetricsRows(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
+            if logs and "train_runtime" not in logs:  # not the end-of-training summary
+                metrics_log.log(state.global_step, dict(logs))
+                bar.advance(f"loss {logs.get('loss', float('nan')):.4f}")
+            return control
+
+    return MetricsRows()
+
+
+__all__ = [
+    "Demonstrator",
+    "answer_nll",
+    "check_train",
+    "demonstration_rows",
+    "demonstration_seeds",
+    "demonstrations",
+    "sft_config",
+    "teacher",
+    "train_sft",
+]

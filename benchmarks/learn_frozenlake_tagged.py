@@ -1,0 +1,124 @@
+"""Frozen Lake in the paper's answer format: MS-GRPO after a format warm-up, the embedded SmolLM2-135M, CPU.
+
+Issue 24's first learning target: greedy success >= 0.9 on the fixed 4x4 map within 60 minutes (the
+warm-up counts), every answer `<action>NAME</action>` with no prefill and strict parsing
+(untagged_rate <= 0.05); on 100 held-out random 4x4 maps the trained policy against the base model and
+random. Steps, each through the runner itself (`python -m agentrl.cli`), into `--out`:
+
+1. `warmup/`: `agentrl train experiment=frozenlake_tagged_warmup` (TRL's SFTTrainer on uniformly random
+   valid moves written in the format; eval.json has the base model's before and the warmed-up after);
+2. `msgrpo/`: `agentrl train experiment=frozenlake_tagged init_from=<out>/warmup
+   algo.time_limit_minutes=<what is left of --minutes>`;
+3. with `--random-maps`: `agentrl eval` of the trained run, the base model and the random agent on
+   `--maps` random 4x4 maps (held-out seeds), as `maps_trained/`, `maps_base/`, `maps_random/`.
+
+It prints one table (success, return, invalid_rate, untagged_rate per row) and writes `summary.json` and
+`summary.md` into `--out`. Extra arguments are Hydra overrides for both training steps.
+
+    .venv/bin/python benchmarks/learn_frozenlake_tagged.py --out outputs/bench/frozenlake_tagged
+    .venv/bin/python benchmarks/learn_frozenlake_tagged.py --steps warmup --out /tmp/x   # the warm-up only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = ("warmup", "msgrpo", "maps")
+KEYS = ("success_rate", "mean_return", "invalid_rate", "untagged_rate", "episodes")
+
+
+def run(name: str, args: list[str], out: Path, threads: int) -> tuple[Path, float]:
+    """`python -m agentrl.cli <args> hydra.run.dir=<out>/<name>` (log: <out>/<name>.log); (run, minutes)."""
+    run_dir = out / name
+    cmd = [sys.executable, "-m", "agentrl.cli", *args, f"hydra.run.dir={run_dir}"]
+    print(f"[{name}] agentrl {' '.join(cmd[3:])}", flush=True)
+    start = time.perf_counter()
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "AGENTRL_NO_PROGRESS": "1"}
+    with (out / f"{name}.log").open("w") as log:
+        code = subprocess.call(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    minutes = (time.perf_counter() - start) / 60
+    if code != 0:
+        sys.exit(f"[{name}] exited {code} after {minutes:.1f} min; see {out / f'{name}.log'}")
+    print(f"[{name}] done in {minutes:.1f} min", flush=True)
+    return run_dir, minutes
+
+
+def row(metrics: dict) -> dict:
+    return {k: metrics.get(k) for k in KEYS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=Path("outputs/bench/frozenlake_tagged"))
+    parser.add_argument("--minutes", type=float, default=60.0, help="budget of warm-up plus MS-GRPO")
+    parser.add_argument("--steps", nargs="*", default=["warmup", "msgrpo"], choices=STEPS)
+    parser.add_argument("--maps", type=int, default=100, help="random 4x4 maps of the maps step")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    args, overrides = parser.parse_known_args()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    common = [f"seed={args.seed}", *overrides]
+    rows: dict[str, dict] = {}
+    minutes: dict[str, float] = {}
+
+    warmup = out / "warmup"
+    if "warmup" in args.steps:
+        _, minutes["warmup"] = run(
+            "warmup", ["train", "experiment=frozenlake_tagged_warmup", *common], out, args.threads
+        )
+    if (warmup / "eval.json").is_file():
+        saved = json.loads((warmup / "eval.json").read_text())
+        rows["base model"], rows["after the warm-up"] = row(saved.get("before", {})), row(saved)
+    if "msgrpo" in args.steps:
+        left = max(args.minutes - minutes.get("warmup", 0.0), 1.0)
+        train = [
+            "train",
+            "experiment=frozenlake_tagged",
+            f"init_from={warmup}",
+            f"algo.time_limit_minutes={left:.1f}",
+        ]
+        _, minutes["msgrpo"] = run("msgrpo", [*train, *common], out, args.threads)
+    trained = out / "msgrpo"
+    if (trained / "eval.json").is_file():
+        rows["after MS-GRPO"] = row(json.loads((trained / "eval.json").read_text()))
+    if "maps" in args.steps:
+        # the paper's evaluation: a new random 4x4 map per held-out seed, 8 moves, no slipping
+        maps = ["env.map=random", "env.size=4", "env.p=0.8", "env.slippery=false", "env.max_steps=8"]
+        maps += [f"eval.episodes={args.maps}", f"seed={args.seed}"]
+        agents = {
+            "maps_trained": ["eval", f"from_run={trained}", *maps],
+            "maps_base": ["eval", "agent.prefill=''", "agent.sampling.max_new_tokens=8", *maps],
+            "maps_random": ["eval", "agent=random", *maps],
+        }
+        for name, cmd in agents.items():
+            run_dir, _ = run(name, cmd, out, args.threads)
+            rows[f"random maps: {name.split('_')[1]}"] = row(json.loads((run_dir / "eval.json").read_text()))
+
+    lines = [
+        "| row | success | return | invalid_rate | untagged_rate | episodes |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {name} | {r['success_rate']} | {r['mean_return']} | {r['invalid_rate']} | {r['untagged_rate']} "
+            f"| {r['episodes']} |"
+            for name, r in rows.items()
+        ),
+        "",
+        f"minutes: {json.dumps({k: round(v, 1) for k, v in minutes.items()})}",
+    ]
+    (out / "summary.json").write_text(json.dumps({"rows": rows, "minutes": minutes}, indent=2) + "\n")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

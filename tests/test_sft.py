@@ -1,0 +1,149 @@
+"""algo=sft (TRL's SFTTrainer on demonstrations written through the LLM agent's interface) and init_from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from agentrl.agents.llm import TextInterface, demonstration_answer
+from agentrl.cli import app
+from agentrl.config import compose_config
+from agentrl.evaluation import eval_seeds
+from agentrl.trainers.sft import demonstration_seeds, demonstrations
+
+torch.set_num_threads(1)
+
+MOVES = ["left", "down", "right", "up"]
+TINY_SFT = [
+    "algo=sft",
+    "model=tiny-random",
+    "agent.prefill=''",
+    "agent.sampling.max_new_tokens=6",
+    "algo.episodes=1",  # the planner's 6 moves on the fixed 4x4 map
+    "algo.batch_size=3",
+    "algo.epochs=1",  # 2 updates
+    "algo.learning_rate=1e-3",
+    "eval.episodes=1",
+]
+
+
+@pytest.mark.parametrize(
+    ("interface", "completion"),
+    [
+        (TextInterface(), "<action>right</action>"),
+        (TextInterface(prefill="<action>"), "right</action>"),
+        (TextInterface(prefill="Move:"), " right"),  # the one-token answer after the prefill
+        (TextInterface(prefill="I move "), "right"),
+        (TextInterface(answer_tag="answer"), "<answer>right</answer>"),
+        (
+            TextInterface(cot=True),
+            "<think>The valid actions are left, down, right, up. I choose right.</think>\n<action>right</action>",
+        ),
+    ],
+)
+def test_demonstration_text_parses_strictly_to_the_demonstrated_action(interface, completion):
+    answer = demonstration_answer(interface, "right", MOVES)
+    assert answer == completion
+    # the agent parses prefill + completion (LLMAgent.act), strictly and as the asked format
+    assert not interface.lenient
+    assert interface.parse_answer(interface.prefill + answer, MOVES) == ("right", False)
+
+
+def test_demonstrations_use_training_seeds_only():
+    cfg = compose_config(["task=train", "algo=sft", "eval.episodes=200", "seed=3"])
+    seeds = demonstration_seeds(cfg, 500)
+    assert len(set(seeds)) == 500
+    assert max(seeds) < cfg.eval.seed_offset
+    assert not set(seeds) & set(eval_seeds(cfg))
+
+
+@pytest.mark.parametrize("teacher", ["planner", "random"])
+def test_demonstrations_play_the_env_through_the_agents_prompt_and_parser(tiny, teacher):
+    from agentrl.agents.llm import build_llm_agent
+
+    model, tokenizer = tiny
+    cfg = compose_config(
+        ["task=train", "model=tiny-random", *TINY_SFT, f"algo.demonstrations={teacher}", "algo.episodes=3"]
+    )
+    agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
+    episodes = demonstrations(cfg, agent.interface, tokenizer)
+    assert [e.seed for e in episodes] == demonstration_seeds(cfg, 3)
+    for episode in episodes:
+        for step in episode.steps:
+            generation = step.generation
+            # the prompt is the one the LLM agent renders; the answer parses to the executed action
+            assert generation.prompt_ids == agent.prompt_ids([generation.prompt_text])[0]
+            assert agent.interface.parse_answer(generation.completion_text, MOVES) == (
+                step.action_name,
+                False,
+            )
+            assert generation.completion_ids[-1] == tokenizer.eos_token_id  # the closed answer ends the turn
+    if teacher == "planner":
+        assert all(e.success for e in episodes)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from agentrl.models import load_model
+
+    return load_model({"name": "tiny-random", "name_or_path": "builtin:tiny-random"}, device="cpu")
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory) -> Path:
+    """One tiny SFT run through the CLI (shared by the tests below: it takes a while on a busy CPU)."""
+    run = tmp_path_factory.mktemp("sft") / "run"
+    result = CliRunner().invoke(app, ["train", *TINY_SFT, f"hydra.run.dir={run}"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return run
+
+
+def test_sft_writes_a_training_run_moves_the_weights_and_lowers_the_answer_loss(sft_run, tiny):
+    base, _ = tiny
+    saved = json.loads((sft_run / "eval.json").read_text())
+    assert saved["algo"] == "sft" and saved["model"] == "tiny-random"
+    assert {"success_rate", "invalid_rate", "untagged_rate", "before", "train_time_s"} <= set(saved)
+    demo = saved["demonstrations"]
+    assert demo["demonstrations"] == "planner" and demo["steps"] == 6 and demo["success_rate"] == 1.0
+    assert demo["answer_nll_after"] < demo["answer_nll_before"]
+    rows = [json.loads(line) for line in (sft_run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2] and all("loss" in r for r in rows)
+    trained = _weights(sft_run / "final")
+    initial = {k: v for k, v in base.state_dict().items()}
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(trained[name], initial[name])
+
+
+def test_init_from_loads_the_runs_weights_and_is_shown_by_dry_run(sft_run):
+    from agentrl.models import load_model
+    from agentrl.trainers.init_from import with_init_weights
+
+    overrides = ["task=train", "algo=msgrpo", "model=tiny-random", f"init_from={sft_run}"]
+    cfg = compose_config(overrides)
+    assert cfg.init_from == str(sft_run)
+    model, _ = load_model(with_init_weights(cfg).model)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert torch.equal(model.state_dict()[name], _weights(sft_run / "final")[name])
+    result = CliRunner().invoke(app, ["train", *overrides[1:], "--dry-run"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"init_from {sft_run} (final; trained sft)" in " ".join(result.output.split())
+
+
+def test_init_from_another_model_is_refused_in_one_line(sft_run, tmp_path):
+    run = tmp_path / "refused"
+    args = ["train", "algo=msgrpo", "model=smollm2-135m", f"init_from={sft_run}", f"hydra.run.dir={run}"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert "cannot init_from" in result.output and "tiny-random" in result.output
+    assert len([line for line in result.output.strip().splitlines() if "init_from" in line]) == 1
+    assert not run.exists()
