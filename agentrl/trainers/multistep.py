@@ -422,7 +422,10 @@ class MultiStepTrainer(GRPOTrainer):
         self.actor_critic = actor_critic
         self.ppo_epochs = ppo_epochs
         self.target_kl = target_kl
-        # "auto" bounds the LM-head positions (the logits) per pass; a number bounds padded tokens
+        # "auto" bounds the LM-head positions (the logits) per pass; a number bounds padded tokens. Under
+        # DeepSpeed a split micro-batch would step the optimizer per pass, so "auto" means no split there.
+        if max_batch_tokens == "auto" and self.is_deepspeed_enabled:
+            max_batch_tokens = None
         self.budget_completions_only = max_batch_tokens == "auto"
         self.max_batch_tokens = resolve_max_batch_tokens(max_batch_tokens, self.model, str(self.args.device))
         self.head_optimizer, self.head_scheduler = self._head_optimizer()
