@@ -131,8 +131,11 @@ def print_fitted(
         shown = dict.fromkeys(columns)
         for i in columns:  # a header the spare width can hold on one line is not wrapped
             grow = len(headers[i]) - widths[i]
-            if i >= keys and 0 < grow <= spare:
+            if i >= keys and i not in fold and 0 < grow <= spare:
                 shown[i], spare = grow, spare - grow
+        for i in (i for i in columns if i in fold):  # then folded text unfolds as far as it can
+            shown[i] = max(0, min(natural[i] - widths[i], spare))
+            spare -= shown[i]
         for i in columns:
             if i < keys:
                 extra = max(0, spare) // keys
@@ -140,7 +143,7 @@ def print_fitted(
                     escape(headers[i]), overflow="fold", max_width=min(natural[i], widths[i] + extra)
                 )
             elif i in fold:
-                table.add_column(escape(headers[i]), overflow="fold", max_width=widths[i])
+                table.add_column(escape(headers[i]), overflow="fold", max_width=widths[i] + shown[i])
             else:
                 table.add_column(
                     escape(wrap_header(headers[i], widths[i] + (shown[i] or 0))),
