@@ -110,7 +110,9 @@ def print_fitted(
 
     n = len(headers)
     natural = [column_width(headers[i], [r[i] for r in rows]) for i in range(n)]
+    # a key column's header, and a text column's up to FOLD_WIDTH, stay on one line when there is room
     natural = [max(w, len(headers[i])) if i < keys else w for i, w in enumerate(natural)]
+    natural = [max(w, min(len(headers[i]), FOLD_WIDTH)) if i in fold else w for i, w in enumerate(natural)]
     budget = max(KEY_MIN, int(console.width * KEY_SHARE) // max(1, keys))
     widths = [min(w, max(budget, _word_width(headers[i]))) if i < keys else w for i, w in enumerate(natural)]
     widths = [

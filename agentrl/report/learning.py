@@ -202,7 +202,7 @@ class LearningRow:
             _fmt(self.after, with_err=True),
             also,
             _fmt((_nan(_number(self.run.eval.get("untagged_rate"))), math.nan)),
-            "–" if math.isnan(self.minutes) else f"{self.minutes:.1f}",
+            "–" if math.isnan(self.minutes) else f"{self.minutes:.{2 if self.minutes < 1 else 1}f}",
             self.command,
         ]
 

@@ -171,7 +171,9 @@ def _name_methods(runs: Sequence[PaperRun]) -> str:
     common = set.intersection(*item_sets) if len(item_sets) > 1 else set()
     for r in runs:
         items = [i for i in r.items if i not in common]
-        r.method = " ".join([r.head, *items]) + (" [from_run eval]" if r.reeval else "")
+        # a re-evaluation carries the runs report's marker right after the head, as its label there does
+        marker = f" [{r.record.marker}]" if r.reeval and r.record.marker else ""
+        r.method = " ".join([r.head + marker, *items])
     return " ".join(sorted(common, key=_natural))
 
 
