@@ -219,7 +219,7 @@ def test_learning_table_through_the_cli(runs, tmp_path, monkeypatch):
     )
     assert "`agentrl train experiment=frozenlake_learn seed=0`" in md
     assert (
-        "| kitchen | poad | smollm2-135m | <action> tag | success_rate | – | 0.000 ± 0.000 |  | – | 0.5 |"
+        "| kitchen | poad | smollm2-135m | <action> tag | success_rate | – | 0.000 ± 0.000 |  | – | 0.50 |"
         in md
     )
     assert "| coverage | 0.860 | 0.740 ± 0.020 | regret 5.850 → 6.000 | 0.888 | 2.0 |" in md
