@@ -64,7 +64,7 @@ Overrides = Annotated[
 #: the algorithm `train` uses when no algo= is given
 TRAIN_DEFAULT_ALGO = "msgrpo"
 #: what `agentrl report --table` writes
-REPORT_TABLES = ("runs", "paper")
+REPORT_TABLES = ("runs", "paper", "learning")
 #: the config groups each command's --help lists (algo only where a run trains)
 HELP_WIDTH = 78  # the config-group lines of --help fit an 80-column terminal
 HELP_GROUPS = {
@@ -312,7 +312,8 @@ def report(
         str,
         typer.Option(
             help="runs: the standard report; paper: env x method table (mean ± stderr over seeds), "
-            "zero-shot vs trained, transfer, paper_curves.png and paper_bars.png"
+            "zero-shot vs trained, transfer, paper_curves.png and paper_bars.png; learning: one row per "
+            "training run (answer format, before, after ± stderr, untagged, minutes, command)"
         ),
     ] = "runs",
     target: Annotated[
@@ -332,7 +333,8 @@ def report(
     Writes report.md, report.csv (one row per run), report_groups.csv (mean ± stderr over seeds) and
     PNG plots; for training runs with periodic evals also the time to --target (report_target.csv,
     report_target_runs.csv, target_<env>.png); incomplete runs are listed, never fatal. --table paper
-    writes paper.md, paper.csv and the paper's plots instead."""
+    writes paper.md, paper.csv and the paper's plots instead; --table learning writes learning.md and
+    learning.csv."""
     from agentrl.errors import RunDirError, UnknownChoiceError
     from agentrl.report import build_report
 
@@ -345,6 +347,11 @@ def report(
         from agentrl.report.paper import build_paper_report
 
         build_paper_report(list(dirs), out, console=console)
+        return
+    if table == "learning":
+        from agentrl.report.learning import build_learning_report
+
+        build_learning_report(list(dirs), out, console=console)
         return
     build_report(list(dirs), out, console=console, target=target, target_metric=target_metric)
 

@@ -294,7 +294,8 @@ def test_a_from_run_eval_has_one_label_everywhere(tmp_path, monkeypatch):
     assert "| msgrpo [from_run eval] | tiny-random | algo.aaw.enabled=false |" in md
     assert label in out
     paper = report(str(runs), "--table", "paper", "--out", str(tmp_path / "paper"), monkeypatch=monkeypatch)
-    assert f"{label}" in paper.replace("msgrpo / tiny-random algo.aaw.enabled=false [from_run eval]", label)
+    methods = {r["method"] for r in csv_rows(tmp_path / "paper" / "paper.csv")}
+    assert label in methods and label in paper  # algo.aaw.enabled=false: shared by all, said once
     assert str(final) not in md and str(final) not in (tmp_path / "paper" / "paper.md").read_text()
 
 
@@ -378,3 +379,41 @@ def test_short_dqn_curves_are_drawn_with_markers(tmp_path):
         assert len(points) == 2 and all(line.get_marker() not in (None, "None", "") for line in points)
     finally:
         plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 24: untagged_rate is a column of the report and paper tables
+# ---------------------------------------------------------------------------------------------
+def test_untagged_rate_is_a_column_of_every_table(tmp_path, monkeypatch):
+    runs = tmp_path / "outputs"
+    for seed, untagged in enumerate((0.25, 0.75)):
+        write_run(
+            runs / f"rlft_{seed}",
+            config("train", "tictactoe", algo="rlft", seed=seed),
+            ["env=tictactoe", "algo=rlft", f"seed={seed}"],
+            metrics(0.5, 0.0, untagged_rate=untagged, invalid_rate=0.0),
+        )
+    write_run(  # an old run without untagged_rate
+        runs / "planner",
+        config("eval", "tictactoe", "planner"),
+        ["agent=planner"],
+        metrics(1.0, 1.0, invalid_rate=0.0),
+    )
+    out = report(str(runs), "--out", str(tmp_path / "rep"), monkeypatch=monkeypatch)
+    assert "untagged" in out and "0.500" in out
+    by_run = {Path(r["run"]).name: r for r in csv_rows(tmp_path / "rep" / "report.csv")}
+    assert by_run["rlft_1"]["untagged_rate"] == "0.75" and by_run["planner"]["untagged_rate"] == ""
+    groups = {g["agent"]: g for g in csv_rows(tmp_path / "rep" / "report_groups.csv")}
+    assert (
+        float(groups["rlft"]["untagged_rate_mean"]) == 0.5 and groups["planner"]["untagged_rate_mean"] == ""
+    )
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| invalid | untagged | train time |" in md
+    assert "| 0.000 | – | – |" in md  # the planner: invalid 0, untagged not recorded, no training time
+
+    paper = report(str(runs), "--table", "paper", "--out", str(tmp_path / "paper"), monkeypatch=monkeypatch)
+    assert "untagged" in paper and "0.500 ± 0.250" in paper
+    rows = {r["method"]: r for r in csv_rows(tmp_path / "paper" / "paper.csv") if r["section"] == "main"}
+    assert float(rows["rlft / smollm2-135m"]["untagged_rate_mean"]) == 0.5
+    assert rows["planner"]["untagged_rate_mean"] == ""
+    assert "| tictactoe untagged |" in (tmp_path / "paper" / "paper.md").read_text()

@@ -9,6 +9,11 @@ a multirun sweep alike). What is read from each run:
   episodes, train_time_s; a `before` sub-dict for LLM training; env-specific `mean_<key>` means);
 - `metrics.jsonl` -> learning curves (iteration, time_s, training and periodic greedy-eval metrics).
 
+Other tables: `--table paper` (`paper.py`: env × method, zero-shot vs trained, transfer) and
+`--table learning` (`learning.py`: one row per training run, before and after, answer format, command).
+An eval of a trained run's model (from_run=, a DQN's agent.path=) is named by that run
+(`runs.py:_describe_trained_model`).
+
 Time to target (`target.py`): per group of training runs, the minutes and iterations until the greedy
 eval first reaches a target (default `eval/success_rate` >= 0.9) and until it stays there, mean ± stderr
 over seeds; runs that never got there are censored at their full training time.

@@ -110,7 +110,9 @@ def print_fitted(
 
     n = len(headers)
     natural = [column_width(headers[i], [r[i] for r in rows]) for i in range(n)]
+    # a key column's header, and a text column's up to FOLD_WIDTH, stay on one line when there is room
     natural = [max(w, len(headers[i])) if i < keys else w for i, w in enumerate(natural)]
+    natural = [max(w, min(len(headers[i]), FOLD_WIDTH)) if i in fold else w for i, w in enumerate(natural)]
     budget = max(KEY_MIN, int(console.width * KEY_SHARE) // max(1, keys))
     widths = [min(w, max(budget, _word_width(headers[i]))) if i < keys else w for i, w in enumerate(natural)]
     widths = [
@@ -131,8 +133,11 @@ def print_fitted(
         shown = dict.fromkeys(columns)
         for i in columns:  # a header the spare width can hold on one line is not wrapped
             grow = len(headers[i]) - widths[i]
-            if i >= keys and 0 < grow <= spare:
+            if i >= keys and i not in fold and 0 < grow <= spare:
                 shown[i], spare = grow, spare - grow
+        for i in (i for i in columns if i in fold):  # then folded text unfolds as far as it can
+            shown[i] = max(0, min(natural[i] - widths[i], spare))
+            spare -= shown[i]
         for i in columns:
             if i < keys:
                 extra = max(0, spare) // keys
@@ -140,7 +145,7 @@ def print_fitted(
                     escape(headers[i]), overflow="fold", max_width=min(natural[i], widths[i] + extra)
                 )
             elif i in fold:
-                table.add_column(escape(headers[i]), overflow="fold", max_width=widths[i])
+                table.add_column(escape(headers[i]), overflow="fold", max_width=widths[i] + shown[i])
             else:
                 table.add_column(
                     escape(wrap_header(headers[i], widths[i] + (shown[i] or 0))),

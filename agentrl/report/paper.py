@@ -1,8 +1,9 @@
 """The paper table (`agentrl report DIR --table paper`): what a paper on LLM agents in text games
 reports, from the runs found under the directories.
 
-- **Main table**: env × method, success rate and mean return on the held-out eval as mean ± standard
-  error over seeds (one value per seed: that run's eval.json metric), n seeds shown. A method is a
+- **Main table**: env × method, success rate, mean return and the untagged share (eval.json
+  `untagged_rate`, `–` where not recorded) on the held-out eval as mean ± standard error over seeds
+  (one value per seed: that run's eval.json metric), n seeds shown. A method is a
   training algorithm with its model and variant (e.g. `msgrpo / qwen2.5-3b algo.aaw.enabled=false`), or
   an evaluated agent (e.g. `llm / Qwen/Qwen2.5-72B-Instruct`, `planner`).
 - **Zero-shot vs trained**: each training run's eval.json `before` block (the base policy, evaluated
@@ -14,7 +15,7 @@ reports, from the runs found under the directories.
 Files written into the output directory: `paper.md`, `paper.csv` (one row per table cell group, a
 `section` column), `paper_curves.png` (greedy eval success and training return by iteration, mean ±
 stderr bands over seeds) and `paper_bars.png` (final success and return by env and method, stderr error
-bars). Only complete runs count; the others are counted in a note.
+bars, a grid of small panels, up to 4 per row). Only complete runs count; the others are counted in a note.
 """
 
 from __future__ import annotations
@@ -170,7 +171,9 @@ def _name_methods(runs: Sequence[PaperRun]) -> str:
     common = set.intersection(*item_sets) if len(item_sets) > 1 else set()
     for r in runs:
         items = [i for i in r.items if i not in common]
-        r.method = " ".join([r.head, *items]) + (" [from_run eval]" if r.reeval else "")
+        # a re-evaluation carries the runs report's marker right after the head, as its label there does
+        marker = f" [{r.record.marker}]" if r.reeval and r.record.marker else ""
+        r.method = " ".join([r.head + marker, *items])
     return " ".join(sorted(common, key=_natural))
 
 

@@ -115,7 +115,10 @@ def _head(agent: str, model: str) -> str:
 
 
 def _wrap(text: str, width: int = 30) -> list[str]:
-    return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+    """`text` on lines of `width`; a bracketed marker (`[from_run eval]`) stays on one line."""
+    kept = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\xa0"), text)
+    lines = textwrap.wrap(kept, width, break_long_words=True, break_on_hyphens=False) or [""]
+    return [line.replace("\xa0", " ") for line in lines]
 
 
 def _short_path_item(item: str) -> str:
