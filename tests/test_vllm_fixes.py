@@ -308,3 +308,12 @@ def test_zero3_lora_adapters_keep_the_base_dtype(tiny, monkeypatch):
     zero3 = apply_lora(copy.deepcopy(base), lora)
     # one dtype across the persistent parameters ZeRO-3 gathers together (DeepSpeed #8072)
     assert {p.dtype for p in zero3.parameters()} == {torch.bfloat16}
+
+
+def test_tensor_parallel_colocate_is_refused_before_the_run_starts():
+    from agentrl.run import check_job
+
+    base = ["task=train", "algo=msgrpo", "env=frozenlake", "model=tiny-random", "model.backend=vllm"]
+    with pytest.raises(ConfigError, match="model.vllm.tensor_parallel_size=2"):
+        check_job([*base, "+model.vllm.tensor_parallel_size=2"])
+    check_job(base)
