@@ -286,11 +286,12 @@ def colocate_memory_utilization(
 def training_state_bytes(model: Any, *others: Any) -> int:
     """Bytes this process holds for training: every parameter of `model` and `others` (a reference model,
     a critic's trunk copy; None skipped, shared tensors once), plus a gradient and two AdamW moments of each
-    trainable one (in its dtype). Sharded parameters count their local shard (ZeRO-3's `ds_tensor`, a
-    DTensor's local tensor)."""
+    trainable parameter of `model` (in its dtype; the others are never stepped, whatever their
+    requires_grad). Sharded parameters count their local shard (ZeRO-3's `ds_tensor`, a DTensor's local
+    tensor)."""
     seen: set[int] = set()
     total = 0
-    for module in (model, *others):
+    for index, module in enumerate((model, *others)):
         if module is None:
             continue
         for param in module.parameters():
@@ -301,7 +302,7 @@ def training_state_bytes(model: Any, *others: Any) -> int:
                 continue
             seen.add(local.data_ptr())
             size = local.numel() * local.element_size()
-            total += size * (4 if param.requires_grad else 1)
+            total += size * (4 if index == 0 and param.requires_grad else 1)
     return total
 
 
