@@ -15,6 +15,7 @@ import torch
 from agentrl.agents.backends import SamplingConfig
 from agentrl.agents.backends.trl_vllm import (
     TRLVLLMBackend,
+    colocate_memory,
     colocate_memory_utilization,
     generation_class,
     kv_bytes_per_token,
@@ -321,19 +322,16 @@ def test_tensor_parallel_colocate_is_refused_before_the_run_starts():
 
 def test_colocate_memory_is_measured_on_the_trainers_gpu(tiny, monkeypatch):
     """`vllm_rollouts` sizes the engine from this process's GPU (mocked) and models."""
-    from agentrl.trainers import multistep
-
     model, _ = tiny
-    trainer = object.__new__(multistep.MultiStepTrainer)
-    trainer.accelerator = SimpleNamespace(device=torch.device("cuda", 0), unwrap_model=lambda m: m)
+    trainer = SimpleNamespace(accelerator=SimpleNamespace(device=torch.device("cuda", 0), unwrap_model=lambda m: m))
     trainer.model, trainer.ref_model, trainer.actor_critic = model, copy.deepcopy(model), None
     algo = typed(compose_config(["algo=msgrpo"]).algo)
-    assert multistep.colocate_memory(trainer, algo, model_config({"name": "t", "name_or_path": "x"})) is None  # no CUDA
+    assert colocate_memory(trainer, algo, model_config({"name": "t", "name_or_path": "x"})) is None  # no CUDA
     total = {"bytes": 80 * GIB}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=total["bytes"]))
     model_cfg = model_config({"name": "t", "name_or_path": "x", "vllm": {"max_model_len": 4096}})
-    memory = multistep.colocate_memory(trainer, algo, model_cfg)
+    memory = colocate_memory(trainer, algo, model_cfg)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     assert memory["training_bytes"] == 5 * weights  # policy x 4 (AdamW) + the fp32 reference
     assert memory["max_model_length"] == 4096 and memory["max_num_seqs"] == algo.groups_per_iteration * algo.group_size
@@ -341,4 +339,4 @@ def test_colocate_memory_is_measured_on_the_trainers_gpu(tiny, monkeypatch):
     assert 0 < share < 0.1
     total["bytes"] = 4 * GIB  # the headroom alone is 4 GiB
     with pytest.raises(ConfigError, match="model.vllm.gpu_memory_utilization"):
-        vllm_generation_kwargs(algo, model_cfg, 8, memory=multistep.colocate_memory(trainer, algo, model_cfg))
+        vllm_generation_kwargs(algo, model_cfg, 8, memory=colocate_memory(trainer, algo, model_cfg))

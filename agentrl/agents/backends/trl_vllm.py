@@ -311,6 +311,29 @@ def parameter_count(model: Any) -> int:
     return sum(int(getattr(p, "ds_numel", 0) or p.numel()) for p in model.parameters())
 
 
+def colocate_memory(trainer: Any, algo: Any, model_cfg: Any) -> dict[str, Any] | None:
+    """What `colocate_memory_utilization` needs, measured on the trainer's GPU and models: the policy, TRL's
+    reference model, a critic's trunk copy (None without CUDA: the engine then gets the default share)."""
+    import torch
+
+    device = trainer.accelerator.device
+    if getattr(device, "type", str(device)) != "cuda" or not torch.cuda.is_available():
+        return None
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    critic = trainer.actor_critic.critic if trainer.actor_critic is not None else None
+    trunk = critic.trunk if critic is not None and not critic.lora else None
+    vllm_cfg = _plain(_get(model_cfg, "vllm"))
+    length = vllm_cfg.get("max_model_length") or vllm_cfg.get("max_model_len")
+    return {
+        "gpu_bytes": torch.cuda.get_device_properties(device).total_memory,
+        "training_bytes": training_state_bytes(model, trainer.ref_model, trunk),
+        "parameters": parameter_count(model),
+        "kv_bytes_per_token": kv_bytes_per_token(model.config),
+        "max_model_length": int(length or model.config.max_position_embeddings),
+        "max_num_seqs": int(vllm_cfg.get("max_num_seqs") or algo.groups_per_iteration * algo.group_size),
+    }
+
+
 # ---- the engine: TRL's VLLMGeneration, LoRA weights merged out of place --------------------------------
 def merged_lora_weights(model: Any, full: Any = None) -> Any:
     """(vLLM name, tensor) of every weight of a PEFT LoRA `model` as vLLM expects them, each adapted weight
@@ -318,10 +341,13 @@ def merged_lora_weights(model: Any, full: Any = None) -> Any:
     base's dtype: the base is never written. Names as TRL's `_iter_named_params` makes them (the PEFT
     prefixes and `.base_layer` dropped; adapter tensors and `original_module` copies skipped). `full`: maps
     a parameter to its whole tensor (FSDP2: `DTensor.full_tensor`); default: itself."""
-    from peft.tuners.lora import LoraLayer
+    from peft.tuners.lora import Linear, LoraLayer
 
     full = full or (lambda t: t)
     layers = {name: m for name, m in model.named_modules() if isinstance(m, LoraLayer)}
+    other = sorted(name for name, m in layers.items() if not isinstance(m, Linear))
+    if other:  # embeddings and convolutions keep their adapters elsewhere (lora_embedding_A, ...)
+        raise BackendError(f"only Linear LoRA layers can be sent to vLLM merged; {other[:3]} are not (model.lora.target_modules)")
     prefix = getattr(model, "prefix", "lora_")
     for name, param in model.named_parameters():
         if prefix in name or "original_module" in name:
@@ -744,6 +770,7 @@ def sampling_logps_tensor(samples: Sequence[Any], width: int, device: Any = None
 
 __all__ = [
     "build_generation",
+    "colocate_memory",
     "colocate_memory_utilization",
     "generation_class",
     "kv_bytes_per_token",
