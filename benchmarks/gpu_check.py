@@ -271,7 +271,9 @@ def run_one(
 
     def recording_pack(self: Any, samples: Any, *a: Any, **kw: Any) -> Any:
         captured["trainer"] = self
-        updates.append([(list(r.prompt_ids), len(r.completion_ids)) for r in samples if r.advantage is not None])
+        updates.append(
+            [(list(r.prompt_ids), len(r.completion_ids)) for r in samples if r.advantage is not None]
+        )
         return real_pack(self, samples, *a, **kw)
 
     run_dir = work / f"run-{name}"
@@ -496,7 +498,9 @@ def vllm_logits_check(model: Any, trainer: Any, tolerance: float = 0.1) -> dict[
     if synced > tolerance:
         failures.append(f"after a weight sync the engine's log-probs differ from the model's by {synced:.3f}")
     if stale <= 2 * synced:
-        failures.append(f"the sync did not change the engine's log-probs ({stale:.3f} before, {synced:.3f} after)")
+        failures.append(
+            f"the sync did not change the engine's log-probs ({stale:.3f} before, {synced:.3f} after)"
+        )
     return {"max_logprob_gap_before_sync": stale, "max_logprob_gap_after_sync": synced, "failures": failures}
 
 
@@ -515,8 +519,9 @@ def run_suite(model_dir: Path, work: Path, args: argparse.Namespace, peak: float
         elapsed = time.perf_counter() - start
         if longest[0] and elapsed + longest[0] > args.budget_s:
             results[name] = skipped(
-                name, f"time budget: {elapsed:.0f} s spent, the longest check took {longest[0]:.0f} s, budget "
-                f"{args.budget_s:.0f} s (--budget-s)"
+                name,
+                f"time budget: {elapsed:.0f} s spent, the longest check took {longest[0]:.0f} s, budget "
+                f"{args.budget_s:.0f} s (--budget-s)",
             )
             return
         began = time.perf_counter()
@@ -533,8 +538,10 @@ def run_suite(model_dir: Path, work: Path, args: argparse.Namespace, peak: float
             torch.cuda.empty_cache()
 
     def train(name: str, mode: str, extra: tuple[str, ...], post_check: Any = None) -> None:
-        run = lambda: run_one(mode, model_dir, work, args, peak, name=name, extra=extra, post_check=post_check)  # noqa: E731
-        guarded(name, run)
+        guarded(
+            name,
+            lambda: run_one(mode, model_dir, work, args, peak, name=name, extra=extra, post_check=post_check),
+        )
 
     for name, mode, extra in SUITE_RUNS[:2]:
         train(name, mode, extra)
@@ -591,7 +598,9 @@ def print_report(summary: dict[str, Any]) -> None:
                 f"  {_fmt(r['mfu'], '6.1%')}"
             )
     print()
-    print("run            rollout tok/s  update tok/s  peak GPU GiB     MFU  weights changed (min)  wall s  result")
+    print(
+        "run            rollout tok/s  update tok/s  peak GPU GiB     MFU  weights changed (min)  wall s  result"
+    )
     for mode, run in summary["runs"].items():
         if "iterations" not in run:
             what = f"SKIPPED: {run['reason']}" if run.get("status") == "skipped" else f"ERROR: {run['error']}"
@@ -636,7 +645,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="every check: full, LoRA with KL, critic (POAD), rollout copy, several GPUs, vLLM colocate",
     )
     parser.add_argument(
-        "--budget-s", type=float, default=SUITE_BUDGET_S, help="--suite: skip a check when the longest so far would not fit in what is left of this (s)"
+        "--budget-s",
+        type=float,
+        default=SUITE_BUDGET_S,
+        help="--suite: skip a check when the longest so far would not fit in what is left of this (s)",
     )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = parser.parse_args(argv)
@@ -715,8 +727,11 @@ def main(argv: list[str] | None = None) -> int:
     summary["failures"] = failures
     summary["passed"] = not failures
     summary["checks"] = {
-        name: {"status": run.get("status", "ran"), "passed": run["passed"], "reason": "; ".join(run["failures"])
-               or run.get("reason", "")}
+        name: {
+            "status": run.get("status", "ran"),
+            "passed": run["passed"],
+            "reason": "; ".join(run["failures"]) or run.get("reason", ""),
+        }
         for name, run in summary["runs"].items()
     }
     if cuda and summary["total_s"] > 540:

@@ -152,7 +152,10 @@ def test_vllm_logits_check_catches_a_sync_that_carries_nothing(monkeypatch):
                 logits = self.weights(input_ids=torch.tensor([prompts[0]["prompt_token_ids"]])).logits[0, -1]
             logps = torch.log_softmax(logits.float(), -1)
             top = logps.topk(sampling_params["logprobs"])
-            entries = {int(t): SimpleNamespace(logprob=float(v)) for v, t in zip(top.values, top.indices, strict=True)}
+            entries = {
+                int(t): SimpleNamespace(logprob=float(v))
+                for v, t in zip(top.values, top.indices, strict=True)
+            }
             return [SimpleNamespace(outputs=[SimpleNamespace(logprobs=[entries])])]
 
     for carries, ok in ((True, True), (False, False)):
@@ -162,6 +165,8 @@ def test_vllm_logits_check_catches_a_sync_that_carries_nothing(monkeypatch):
             if carries:
                 engine.weights = copy.deepcopy(model)
 
-        trainer = SimpleNamespace(rollout_backend=SimpleNamespace(generation=SimpleNamespace(llm=engine), sync_weights=sync))
+        trainer = SimpleNamespace(
+            rollout_backend=SimpleNamespace(generation=SimpleNamespace(llm=engine), sync_weights=sync)
+        )
         result = gpu_check.vllm_logits_check(model, trainer)
         assert (result["failures"] == []) is ok, result

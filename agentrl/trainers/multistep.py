@@ -1163,10 +1163,16 @@ def vllm_rollouts(trainer: MultiStepTrainer, agent: Any, algo: Any, model_cfg: A
 
     sampling = agent.effective_sampling()
     kwargs = trl_vllm.vllm_generation_kwargs(
-        algo, model_cfg, sampling.max_new_tokens, sampling.stop, memory=trl_vllm.colocate_memory(trainer, algo, model_cfg)
+        algo,
+        model_cfg,
+        sampling.max_new_tokens,
+        sampling.stop,
+        memory=trl_vllm.colocate_memory(trainer, algo, model_cfg),
     )
     log.info("vLLM engine: %s", {k: v for k, v in kwargs.items() if k != "generation_kwargs"})
-    generation = trl_vllm.build_generation(trainer.model, trainer.accelerator, trainer.processing_class, **kwargs)
+    generation = trl_vllm.build_generation(
+        trainer.model, trainer.accelerator, trainer.processing_class, **kwargs
+    )
     trainer.rollout_backend = trl_vllm.TRLVLLMBackend(generation, tokenizer)
     trainer.rollout_top_k, trainer.rollout_top_p = sampling.top_k, sampling.top_p
     return trl_vllm.training_view(agent, trainer.rollout_backend)

@@ -260,7 +260,9 @@ def colocate_memory_utilization(
     sized += ENGINE_OVERHEAD_BYTES
     headroom = TRAINING_HEADROOM[0] * gpu_bytes + TRAINING_HEADROOM[1]
     room = gpu_bytes - training_bytes - headroom  # what the engine may take
-    fix = "model.lora.r=16, algo.beta=0 or algo.ref_dtype=bfloat16, model.vllm.max_model_length, or mode=server"
+    fix = (
+        "model.lora.r=16, algo.beta=0 or algo.ref_dtype=bfloat16, model.vllm.max_model_length, or mode=server"
+    )
     if utilization is None:  # the sized engine if it fits, else the smallest one that starts
         utilization = math.ceil(sized / gpu_bytes * 100) / 100
         if utilization * gpu_bytes > room:
@@ -347,13 +349,17 @@ def merged_lora_weights(model: Any, full: Any = None) -> Any:
     layers = {name: m for name, m in model.named_modules() if isinstance(m, LoraLayer)}
     other = sorted(name for name, m in layers.items() if not isinstance(m, Linear))
     if other:  # embeddings and convolutions keep their adapters elsewhere (lora_embedding_A, ...)
-        raise BackendError(f"only Linear LoRA layers can be sent to vLLM merged; {other[:3]} are not (model.lora.target_modules)")
+        raise BackendError(
+            f"only Linear LoRA layers can be sent to vLLM merged; {other[:3]} are not (model.lora.target_modules)"
+        )
     prefix = getattr(model, "prefix", "lora_")
     for name, param in model.named_parameters():
         if prefix in name or "original_module" in name:
             continue
         vllm_name = name.removeprefix("base_model.model.").replace(".base_layer", "")
-        vllm_name = vllm_name.replace("modules_to_save.default.", "").replace("_checkpoint_wrapped_module.", "")
+        vllm_name = vllm_name.replace("modules_to_save.default.", "").replace(
+            "_checkpoint_wrapped_module.", ""
+        )
         owner, _, leaf = name.rpartition(".base_layer.")
         layer = layers.get(owner) if leaf == "weight" else None
         value = full(param.detach())
@@ -394,6 +400,7 @@ def generation_class(base: type | None = None) -> type:
                 if not is_peft_model(self.model) or getattr(self._dist, "fsdp_version", None) == 1:
                     yield from super()._iter_named_params()
                     return
+
                 def full(t: Any) -> Any:
                     if not hasattr(t, "full_tensor"):
                         return t
@@ -411,7 +418,9 @@ def generation_class(base: type | None = None) -> type:
 def build_generation(model: Any, accelerator: Any, processing_class: Any, **kwargs: Any) -> Any:
     """The training rollouts' engine: `generation_class()(model=..., accelerator=..., processing_class=...,
     **vllm_generation_kwargs(...))`."""
-    return generation_class()(model=model, accelerator=accelerator, processing_class=processing_class, **kwargs)
+    return generation_class()(
+        model=model, accelerator=accelerator, processing_class=processing_class, **kwargs
+    )
 
 
 # ---- the backend ---------------------------------------------------------------------------------------
@@ -529,7 +538,7 @@ class TRLVLLMBackend(Backend):
             raise BackendError(
                 f"the vLLM server runs with --logprobs-mode {mode}: training rollouts need processed_logprobs "
                 "(restart it with: trl vllm-serve --model <model>, which sets it, or VLLM_SERVER_DEV_MODE=1 vllm "
-                "serve <model> --weight-transfer-config '{\"backend\": \"nccl\"}' --logprobs-mode "
+                'serve <model> --weight-transfer-config \'{"backend": "nccl"}\' --logprobs-mode '
                 "processed_logprobs)"
             )
 
