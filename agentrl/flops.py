@@ -58,7 +58,12 @@ class Shape:
 
     def linears(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each projection of one decoder layer."""
-        q, kv, h, m = self.heads * self.head_dim, self.kv_heads * self.head_dim, self.hidden, self.intermediate
+        q, kv, h, m = (
+            self.heads * self.head_dim,
+            self.kv_heads * self.head_dim,
+            self.hidden,
+            self.intermediate,
+        )
         return {
             "q_proj": (h, q),
             "k_proj": (h, kv),
@@ -85,7 +90,9 @@ def attention_pairs(new_tokens: int, context: int = 0) -> int:
     return new_tokens * context + new_tokens * (new_tokens + 1) // 2
 
 
-def forward_flops(shape: Shape, new_tokens: int, context: int = 0, scored: int = 0, lora_rank: int = 0) -> float:
+def forward_flops(
+    shape: Shape, new_tokens: int, context: int = 0, scored: int = 0, lora_rank: int = 0
+) -> float:
     """One forward of `new_tokens` tokens after `context` cached ones, the LM head at `scored` positions."""
     matmul = 2 * (shape.layer_params + shape.lora_params(lora_rank)) * new_tokens
     attention = 4 * shape.layers * shape.heads * shape.head_dim * attention_pairs(new_tokens, context)

@@ -121,6 +121,11 @@ def check_job(overrides: list[str], problems: list[AgentRLError] | None = None) 
 
         check_trainable(cfg.agent, cfg.algo.name)  # agent settings the trainers cannot train with
         machine(check_model, cfg.model)
+        if cfg.model.get("backend") == "vllm":  # TRL's engine: model.vllm keys, mode, tensor parallelism
+            from agentrl.agents.backends.trl_vllm import vllm_generation_kwargs
+            from agentrl.config import typed
+
+            vllm_generation_kwargs(typed(cfg.algo), cfg.model, 1)
     if cfg.task == "train":
         if cfg.get("algo") is None:
             raise ConfigError(

@@ -81,8 +81,8 @@ def test_tiny_cpu_suite_end_to_end(tmp_path, capsys):
     assert summary["passed"] and summary["failures"] == []
     assert summary["model"]["num_hidden_layers"] == 2
     runs, checks = summary["runs"], summary["checks"]
-    assert list(checks) == ["full", "lora_kl", "critic", "rollout_copy", "multi_gpu", "vllm_colocate"]
-    assert checks["multi_gpu"] == {"status": "skipped", "passed": True, "reason": "no CUDA device"}
+    assert list(checks) == ["full", "lora_kl", "vllm_colocate", "critic", "rollout_copy", "multi_gpu"]
+    assert checks["multi_gpu"] == {"status": "skipped", "passed": None, "reason": "no CUDA device"}
     assert checks["vllm_colocate"]["status"] == "skipped" and "CUDA" in checks["vllm_colocate"]["reason"]
     full, lora = runs["full"], runs["lora_kl"]
 
@@ -95,7 +95,7 @@ def test_tiny_cpu_suite_end_to_end(tmp_path, capsys):
     assert lora["weights_moved"]["ok"] and lora["weights_moved"]["min"] > 0.9  # every lora_B tensor
     assert lora["weights_moved"]["lora_A_overall"] > 0  # the second update reached A through B
     assert lora["frozen_unchanged"] and all(v == 0 for v in lora["frozen_unchanged"].values())
-    assert runs["critic"]["overrides"] == ["algo=poad"] and runs["rollout_copy"]["passed"]
+    assert runs["critic"]["overrides"][0] == "algo=poad" and runs["rollout_copy"]["passed"]
 
     for run in (full, lora, runs["critic"], runs["rollout_copy"]):
         assert [r["iteration"] for r in run["iterations"]] == [1, 2]
@@ -109,6 +109,14 @@ def test_tiny_cpu_suite_end_to_end(tmp_path, capsys):
     assert last["update_flops"] < 0.5 * 6 * full["parameters"] * last["train_tokens"]
     assert update_flops(Shape(1, 8, 2, 2, 4, 16, 10), [([1, 2], 2)], shared_prefix=True) > 0
     assert "gpu_check PASSED" in printed and "SKIPPED: no CUDA device" in printed
+
+
+def test_the_suite_skips_what_the_time_budget_cannot_fit(tmp_path):
+    out = tmp_path / "gpu_check.json"
+    assert gpu_check.main(["--suite", "--tiny", "--device", "cpu", "--out", str(out), "--budget-s", "0"]) == 0
+    checks = json.loads(out.read_text())["checks"]
+    assert checks["full"]["status"] == "ran"  # the first check always runs (nothing measured yet)
+    assert checks["lora_kl"]["status"] == "skipped" and "time budget" in checks["lora_kl"]["reason"]
 
 
 def test_weights_that_cannot_move_fail_the_check(tmp_path, capsys):
@@ -144,7 +152,10 @@ def test_vllm_logits_check_catches_a_sync_that_carries_nothing(monkeypatch):
                 logits = self.weights(input_ids=torch.tensor([prompts[0]["prompt_token_ids"]])).logits[0, -1]
             logps = torch.log_softmax(logits.float(), -1)
             top = logps.topk(sampling_params["logprobs"])
-            entries = {int(t): SimpleNamespace(logprob=float(v)) for v, t in zip(top.values, top.indices, strict=True)}
+            entries = {
+                int(t): SimpleNamespace(logprob=float(v))
+                for v, t in zip(top.values, top.indices, strict=True)
+            }
             return [SimpleNamespace(outputs=[SimpleNamespace(logprobs=[entries])])]
 
     for carries, ok in ((True, True), (False, False)):
@@ -154,6 +165,8 @@ def test_vllm_logits_check_catches_a_sync_that_carries_nothing(monkeypatch):
             if carries:
                 engine.weights = copy.deepcopy(model)
 
-        trainer = SimpleNamespace(rollout_backend=SimpleNamespace(generation=SimpleNamespace(llm=engine), sync_weights=sync))
+        trainer = SimpleNamespace(
+            rollout_backend=SimpleNamespace(generation=SimpleNamespace(llm=engine), sync_weights=sync)
+        )
         result = gpu_check.vllm_logits_check(model, trainer)
         assert (result["failures"] == []) is ok, result

@@ -434,12 +434,12 @@ def test_importance_metrics_and_sampling_logps_tensor():
     assert tensor[0].tolist() == [-0.5, -1.5] and math.isnan(tensor[1, 0]) and tensor[1, 1] == 0.0
 
 
-@pytest.mark.parametrize("truncation", [[], ["algo.top_k=3"]])
-def test_training_with_model_backend_vllm_syncs_the_engine_before_every_rollout(tmp_path, monkeypatch, truncation):
+def test_training_with_model_backend_vllm_syncs_the_engine_before_every_rollout(tmp_path, monkeypatch):
     """`agentrl train model.backend=vllm`: rollouts come from TRL's engine (here the fake), which holds the
     trained weights whenever it generates, though they move between rollouts; the rows carry TRL's
-    importance-sampling ratio, ~1 as the engine holds the trainer's weights, also when the rollouts sample
-    top-k (vLLM's log-probs are of the truncated distribution, and so are the trainer's for the ratio)."""
+    importance-sampling ratio, ~1 as the engine holds the trainer's weights, though the rollouts sample
+    top-k (vLLM's log-probs are of the truncated distribution, and so are the trainer's for the ratio;
+    without that the ratio of a row is the product of its tokens' kept mass)."""
     import trl.generation.vllm_generation as trl_vllm
 
     from agentrl.config import compose_config
@@ -488,7 +488,7 @@ def test_training_with_model_backend_vllm_syncs_the_engine_before_every_rollout(
             "algo.save_final=false",
             "algo.torch_threads=1",
             "eval.episodes=2",
-            *truncation,
+            "algo.top_k=3",
         ]
     )
     train_llm(cfg, tmp_path)

@@ -15,6 +15,7 @@ import torch
 from agentrl.agents.backends import SamplingConfig
 from agentrl.agents.backends.trl_vllm import (
     TRLVLLMBackend,
+    colocate_memory,
     colocate_memory_utilization,
     generation_class,
     kv_bytes_per_token,
@@ -63,7 +64,9 @@ def test_colocate_memory_is_sized_per_model_and_checked():
     h100 = 80 * GIB
     sizes = dict(max_num_seqs=16, **QWEN_3B)
     # TRL's old default 0.3 of an 80 GB card plus the training state (and activations) does not fit
-    with pytest.raises(ConfigError, match=r"model.vllm.gpu_memory_utilization=0.30: the engine .* leave less"):
+    with pytest.raises(
+        ConfigError, match=r"model.vllm.gpu_memory_utilization=0.30: the engine .* leave less"
+    ):
         colocate_memory_utilization(0.3, gpu_bytes=h100, training_bytes=full_ft + ref, **sizes)
     # unset: sized from the model (bf16 weights 5.7 GiB + KV cache + overhead)
     sized = colocate_memory_utilization(None, gpu_bytes=h100, training_bytes=full_ft, **sizes)
@@ -94,7 +97,9 @@ def test_training_state_and_kv_sizes(tiny):
     assert training_state_bytes(model) == 4 * weights  # weight, gradient, two AdamW moments
     frozen = copy.deepcopy(model).requires_grad_(False)
     assert training_state_bytes(model, frozen, None) == 5 * weights
-    config = SimpleNamespace(num_attention_heads=16, hidden_size=2048, num_key_value_heads=2, num_hidden_layers=36)
+    config = SimpleNamespace(
+        num_attention_heads=16, hidden_size=2048, num_key_value_heads=2, num_hidden_layers=36
+    )
     assert kv_bytes_per_token(config) == QWEN_3B["kv_bytes_per_token"]
 
 
@@ -109,7 +114,9 @@ def _engine_shell(cls, model, **attributes):
     """A VLLMGeneration of class `cls` without vLLM: TRL's methods, a fake engine (`llm`)."""
     gen = object.__new__(cls)
     gen.model, gen.accelerator, gen.mode = model, ACCELERATOR, "colocate"
-    gen._dist = SimpleNamespace(is_fsdp=False, fsdp_version=None, gather_params=lambda p: contextlib.nullcontext())
+    gen._dist = SimpleNamespace(
+        is_fsdp=False, fsdp_version=None, gather_params=lambda p: contextlib.nullcontext()
+    )
     for key, value in attributes.items():
         setattr(gen, key, value)
     return gen
@@ -165,7 +172,9 @@ class FakeLLM:
         self.loaded = 0
         self.events: list[str] = []
         runner = SimpleNamespace(model=SimpleNamespace(load_weights=self._load))
-        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner)))
+        self.llm_engine = SimpleNamespace(
+            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner))
+        )
 
     def _load(self, weights):
         self.loaded += len(weights)
@@ -262,7 +271,9 @@ def test_processed_logps_equal_the_engines_on_identical_weights(tiny, top_k, top
     log_ratio = ((train - torch.tensor(sampled)) * completion_mask).sum(-1)
     assert torch.allclose(log_ratio.exp(), torch.ones(3), atol=1e-3)  # sequence ratio ~1
     # the plain log_softmax (what the trainer used) is far off: kept mass < 1 on every token
-    plain = torch.log_softmax(model(torch.tensor(rows), attention_mask=mask).logits[:, -width - 1 : -1].float() / 1.3, -1)
+    plain = torch.log_softmax(
+        model(torch.tensor(rows), attention_mask=mask).logits[:, -width - 1 : -1].float() / 1.3, -1
+    )
     plain = plain.gather(-1, torch.tensor(rows)[:, -width:, None]).squeeze(-1)
     assert ((plain - torch.tensor(sampled)) * completion_mask).sum(-1).max() < -1e-3
 
@@ -277,13 +288,19 @@ def test_cuda_keeps_trls_fused_lm_head(monkeypatch):
 
     calls: list[str] = []
     monkeypatch.setattr(
-        GRPOTrainer, "_get_per_token_logps_and_entropies", lambda self, *a, **k: calls.append("trl") or (0, 0, 0)
+        GRPOTrainer,
+        "_get_per_token_logps_and_entropies",
+        lambda self, *a, **k: calls.append("trl") or (0, 0, 0),
     )
     kernel = lambda *a, **k: calls.append("kernel") or (torch.zeros(1, 1), None)  # noqa: E731
     monkeypatch.setattr(multistep, "shared_prefix_logps", kernel)
     trainer = object.__new__(multistep.MultiStepTrainer)
     trainer.accelerator = SimpleNamespace(num_processes=1)
-    trainer.shared_prefix, trainer.trl_logprobs, trainer.temperature = True, False, 1.0  # algo.shared_prefix on
+    trainer.shared_prefix, trainer.trl_logprobs, trainer.temperature = (
+        True,
+        False,
+        1.0,
+    )  # algo.shared_prefix on
     for device in ("cuda", "xpu"):
         ids = MagicMock()
         ids.device.type = device
@@ -303,8 +320,48 @@ def test_zero3_lora_adapters_keep_the_base_dtype(tiny, monkeypatch):
     base = copy.deepcopy(tiny[0]).to(torch.bfloat16)
     lora = model_config({"name": "t", "name_or_path": "builtin:tiny-random", "lora": {"r": 4}}).lora
     default = apply_lora(copy.deepcopy(base), lora)
-    assert {p.dtype for n, p in default.named_parameters() if "lora_" in n} == {torch.float32}  # PEFT's upcast
+    assert {p.dtype for n, p in default.named_parameters() if "lora_" in n} == {
+        torch.float32
+    }  # PEFT's upcast
     monkeypatch.setattr(ds, "is_deepspeed_zero3_enabled", lambda: True)
     zero3 = apply_lora(copy.deepcopy(base), lora)
     # one dtype across the persistent parameters ZeRO-3 gathers together (DeepSpeed #8072)
     assert {p.dtype for p in zero3.parameters()} == {torch.bfloat16}
+
+
+def test_tensor_parallel_colocate_is_refused_before_the_run_starts():
+    from agentrl.run import check_job
+
+    base = ["task=train", "algo=msgrpo", "env=frozenlake", "model=tiny-random", "model.backend=vllm"]
+    with pytest.raises(ConfigError, match="model.vllm.tensor_parallel_size=2"):
+        check_job([*base, "+model.vllm.tensor_parallel_size=2"])
+    check_job(base)
+
+
+def test_colocate_memory_is_measured_on_the_trainers_gpu(tiny, monkeypatch):
+    """`vllm_rollouts` sizes the engine from this process's GPU (mocked) and models."""
+    model, _ = tiny
+    trainer = SimpleNamespace(
+        accelerator=SimpleNamespace(device=torch.device("cuda", 0), unwrap_model=lambda m: m)
+    )
+    trainer.model, trainer.ref_model, trainer.actor_critic = model, copy.deepcopy(model), None
+    algo = typed(compose_config(["algo=msgrpo"]).algo)
+    assert colocate_memory(trainer, algo, model_config({"name": "t", "name_or_path": "x"})) is None  # no CUDA
+    total = {"bytes": 80 * GIB}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=total["bytes"])
+    )
+    model_cfg = model_config({"name": "t", "name_or_path": "x", "vllm": {"max_model_len": 4096}})
+    memory = colocate_memory(trainer, algo, model_cfg)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert memory["training_bytes"] == 5 * weights  # policy x 4 (AdamW) + the fp32 reference
+    assert (
+        memory["max_model_length"] == 4096
+        and memory["max_num_seqs"] == algo.groups_per_iteration * algo.group_size
+    )
+    share = vllm_generation_kwargs(algo, model_cfg, 8, memory=memory)["gpu_memory_utilization"]
+    assert 0 < share < 0.1
+    total["bytes"] = 4 * GIB  # the headroom alone is 4 GiB
+    with pytest.raises(ConfigError, match="model.vllm.gpu_memory_utilization"):
+        vllm_generation_kwargs(algo, model_cfg, 8, memory=colocate_memory(trainer, algo, model_cfg))

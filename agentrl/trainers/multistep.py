@@ -391,8 +391,9 @@ class ActorCritic:
 class MultiStepTrainer(GRPOTrainer):
     """GRPOTrainer whose generation step is one multi-step RL iteration (see the module doc).
 
-    `collect(iteration)` returns the iteration's rows (with advantages) and metrics; `shared_prefix`
-    uses the shared-prefix log-prob kernel on CUDA too (it always does on CPU); `keep_checkpoints` is the
+    `collect(iteration)` returns the iteration's rows (with advantages) and metrics; the update's log-probs
+    use the shared-prefix kernel on a CPU with one process (`logps.kernel_applies`), TRL's fused LM head
+    otherwise; `shared_prefix` is kept as the run's setting; `keep_checkpoints` is the
     number of newest checkpoints kept.
 
     PPO epochs (`ppo_epochs` > 1): the rows' log-probs are taken once, before the first epoch, and every
@@ -1352,36 +1353,19 @@ def vllm_rollouts(trainer: MultiStepTrainer, agent: Any, algo: Any, model_cfg: A
 
     sampling = agent.effective_sampling()
     kwargs = trl_vllm.vllm_generation_kwargs(
-        algo, model_cfg, sampling.max_new_tokens, sampling.stop, memory=colocate_memory(trainer, algo, model_cfg)
+        algo,
+        model_cfg,
+        sampling.max_new_tokens,
+        sampling.stop,
+        memory=trl_vllm.colocate_memory(trainer, algo, model_cfg),
     )
     log.info("vLLM engine: %s", {k: v for k, v in kwargs.items() if k != "generation_kwargs"})
-    generation = trl_vllm.build_generation(trainer.model, trainer.accelerator, trainer.processing_class, **kwargs)
+    generation = trl_vllm.build_generation(
+        trainer.model, trainer.accelerator, trainer.processing_class, **kwargs
+    )
     trainer.rollout_backend = trl_vllm.TRLVLLMBackend(generation, tokenizer)
     trainer.rollout_top_k, trainer.rollout_top_p = sampling.top_k, sampling.top_p
     return trl_vllm.training_view(agent, trainer.rollout_backend)
-
-
-def colocate_memory(trainer: MultiStepTrainer, algo: Any, model_cfg: Any) -> dict[str, Any] | None:
-    """What `colocate_memory_utilization` needs, measured on this process's GPU and models (None without
-    CUDA: the engine then gets the default share)."""
-    from agentrl.agents.backends import trl_vllm
-
-    device = trainer.accelerator.device
-    if getattr(device, "type", str(device)) != "cuda" or not torch.cuda.is_available():
-        return None
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    critic = trainer.actor_critic.critic if trainer.actor_critic is not None else None
-    trunk = critic.trunk if critic is not None and not critic.lora else None
-    vllm_cfg = dict(model_cfg.vllm or {})
-    length = vllm_cfg.get("max_model_length") or vllm_cfg.get("max_model_len")
-    return {
-        "gpu_bytes": torch.cuda.get_device_properties(device).total_memory,
-        "training_bytes": trl_vllm.training_state_bytes(model, trainer.ref_model, trunk),
-        "parameters": trl_vllm.parameter_count(model),
-        "kv_bytes_per_token": trl_vllm.kv_bytes_per_token(model.config),
-        "max_model_length": int(length or model.config.max_position_embeddings),
-        "max_num_seqs": int(vllm_cfg.get("max_num_seqs") or algo.groups_per_iteration * algo.group_size),
-    }
 
 
 def copy_rollouts(trainer: MultiStepTrainer, agent: Any, model: Any, algo: Any, weights_dtype: str) -> Any:

@@ -260,7 +260,9 @@ def colocate_memory_utilization(
     sized += ENGINE_OVERHEAD_BYTES
     headroom = TRAINING_HEADROOM[0] * gpu_bytes + TRAINING_HEADROOM[1]
     room = gpu_bytes - training_bytes - headroom  # what the engine may take
-    fix = "model.lora.r=16, algo.beta=0 or algo.ref_dtype=bfloat16, model.vllm.max_model_length, or mode=server"
+    fix = (
+        "model.lora.r=16, algo.beta=0 or algo.ref_dtype=bfloat16, model.vllm.max_model_length, or mode=server"
+    )
     if utilization is None:  # the sized engine if it fits, else the smallest one that starts
         utilization = math.ceil(sized / gpu_bytes * 100) / 100
         if utilization * gpu_bytes > room:
@@ -286,11 +288,12 @@ def colocate_memory_utilization(
 def training_state_bytes(model: Any, *others: Any) -> int:
     """Bytes this process holds for training: every parameter of `model` and `others` (a reference model,
     a critic's trunk copy; None skipped, shared tensors once), plus a gradient and two AdamW moments of each
-    trainable one (in its dtype). Sharded parameters count their local shard (ZeRO-3's `ds_tensor`, a
-    DTensor's local tensor)."""
+    trainable parameter of `model` (in its dtype; the others are never stepped, whatever their
+    requires_grad). Sharded parameters count their local shard (ZeRO-3's `ds_tensor`, a DTensor's local
+    tensor)."""
     seen: set[int] = set()
     total = 0
-    for module in (model, *others):
+    for index, module in enumerate((model, *others)):
         if module is None:
             continue
         for param in module.parameters():
@@ -301,13 +304,36 @@ def training_state_bytes(model: Any, *others: Any) -> int:
                 continue
             seen.add(local.data_ptr())
             size = local.numel() * local.element_size()
-            total += size * (4 if param.requires_grad else 1)
+            total += size * (4 if index == 0 and param.requires_grad else 1)
     return total
 
 
 def parameter_count(model: Any) -> int:
     """The full model's parameter count (ZeRO-3: `ds_numel`; DTensors: their global size)."""
     return sum(int(getattr(p, "ds_numel", 0) or p.numel()) for p in model.parameters())
+
+
+def colocate_memory(trainer: Any, algo: Any, model_cfg: Any) -> dict[str, Any] | None:
+    """What `colocate_memory_utilization` needs, measured on the trainer's GPU and models: the policy, TRL's
+    reference model, a critic's trunk copy (None without CUDA: the engine then gets the default share)."""
+    import torch
+
+    device = trainer.accelerator.device
+    if getattr(device, "type", str(device)) != "cuda" or not torch.cuda.is_available():
+        return None
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    critic = trainer.actor_critic.critic if trainer.actor_critic is not None else None
+    trunk = critic.trunk if critic is not None and not critic.lora else None
+    vllm_cfg = _plain(_get(model_cfg, "vllm"))
+    length = vllm_cfg.get("max_model_length") or vllm_cfg.get("max_model_len")
+    return {
+        "gpu_bytes": torch.cuda.get_device_properties(device).total_memory,
+        "training_bytes": training_state_bytes(model, trainer.ref_model, trunk),
+        "parameters": parameter_count(model),
+        "kv_bytes_per_token": kv_bytes_per_token(model.config),
+        "max_model_length": int(length or model.config.max_position_embeddings),
+        "max_num_seqs": int(vllm_cfg.get("max_num_seqs") or algo.groups_per_iteration * algo.group_size),
+    }
 
 
 # ---- the engine: TRL's VLLMGeneration, LoRA weights merged out of place --------------------------------
@@ -317,16 +343,23 @@ def merged_lora_weights(model: Any, full: Any = None) -> Any:
     base's dtype: the base is never written. Names as TRL's `_iter_named_params` makes them (the PEFT
     prefixes and `.base_layer` dropped; adapter tensors and `original_module` copies skipped). `full`: maps
     a parameter to its whole tensor (FSDP2: `DTensor.full_tensor`); default: itself."""
-    from peft.tuners.lora import LoraLayer
+    from peft.tuners.lora import Linear, LoraLayer
 
     full = full or (lambda t: t)
     layers = {name: m for name, m in model.named_modules() if isinstance(m, LoraLayer)}
+    other = sorted(name for name, m in layers.items() if not isinstance(m, Linear))
+    if other:  # embeddings and convolutions keep their adapters elsewhere (lora_embedding_A, ...)
+        raise BackendError(
+            f"only Linear LoRA layers can be sent to vLLM merged; {other[:3]} are not (model.lora.target_modules)"
+        )
     prefix = getattr(model, "prefix", "lora_")
     for name, param in model.named_parameters():
         if prefix in name or "original_module" in name:
             continue
         vllm_name = name.removeprefix("base_model.model.").replace(".base_layer", "")
-        vllm_name = vllm_name.replace("modules_to_save.default.", "").replace("_checkpoint_wrapped_module.", "")
+        vllm_name = vllm_name.replace("modules_to_save.default.", "").replace(
+            "_checkpoint_wrapped_module.", ""
+        )
         owner, _, leaf = name.rpartition(".base_layer.")
         layer = layers.get(owner) if leaf == "weight" else None
         value = full(param.detach())
@@ -367,6 +400,7 @@ def generation_class(base: type | None = None) -> type:
                 if not is_peft_model(self.model) or getattr(self._dist, "fsdp_version", None) == 1:
                     yield from super()._iter_named_params()
                     return
+
                 def full(t: Any) -> Any:
                     if not hasattr(t, "full_tensor"):
                         return t
@@ -384,7 +418,9 @@ def generation_class(base: type | None = None) -> type:
 def build_generation(model: Any, accelerator: Any, processing_class: Any, **kwargs: Any) -> Any:
     """The training rollouts' engine: `generation_class()(model=..., accelerator=..., processing_class=...,
     **vllm_generation_kwargs(...))`."""
-    return generation_class()(model=model, accelerator=accelerator, processing_class=processing_class, **kwargs)
+    return generation_class()(
+        model=model, accelerator=accelerator, processing_class=processing_class, **kwargs
+    )
 
 
 # ---- the backend ---------------------------------------------------------------------------------------
@@ -502,7 +538,7 @@ class TRLVLLMBackend(Backend):
             raise BackendError(
                 f"the vLLM server runs with --logprobs-mode {mode}: training rollouts need processed_logprobs "
                 "(restart it with: trl vllm-serve --model <model>, which sets it, or VLLM_SERVER_DEV_MODE=1 vllm "
-                "serve <model> --weight-transfer-config '{\"backend\": \"nccl\"}' --logprobs-mode "
+                'serve <model> --weight-transfer-config \'{"backend": "nccl"}\' --logprobs-mode '
                 "processed_logprobs)"
             )
 
@@ -743,6 +779,7 @@ def sampling_logps_tensor(samples: Sequence[Any], width: int, device: Any = None
 
 __all__ = [
     "build_generation",
+    "colocate_memory",
     "colocate_memory_utilization",
     "generation_class",
     "kv_bytes_per_token",
