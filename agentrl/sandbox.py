@@ -328,6 +328,8 @@ def require_sandbox(mode: str) -> None:
         problem = sandbox_problem()
         if problem:
             raise ConfigError(problem)
+    else:
+        _warn_unsafe()
 
 
 _warned_unsafe: list[bool] = []
