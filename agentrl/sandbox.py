@@ -510,15 +510,18 @@ def _communicate(proc: subprocess.Popen, payload: bytes, result_fd: int, limits:
     sel.register(result_fd, selectors.EVENT_READ, "result")
     todo, exited_at = memoryview(payload), None
     with sel:
-        while sel.get_map():
+        while True:
             now = time.monotonic()
             if now >= deadline:
                 out.timed_out = True
                 break
             if exited_at is None and proc.poll() is not None:
                 exited_at = now
-            if exited_at is not None and now - exited_at > _EXIT_GRACE_S:
-                break  # a leftover process holds a pipe: its end is not waited for
+            if exited_at is not None and (not sel.get_map() or now - exited_at > _EXIT_GRACE_S):
+                break  # after the grace period a leftover process may hold a pipe: not waited for
+            if not sel.get_map():  # the child closed its pipes and runs on: wait for its end
+                time.sleep(min(0.05, deadline - now))
+                continue
             for key, _ in sel.select(timeout=min(0.1, deadline - now)):
                 fd = key.fd
                 if key.data == "in":

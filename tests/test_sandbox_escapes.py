@@ -573,6 +573,16 @@ class World:
         st = path.stat()
         return (st.st_mode, st.st_mtime_ns, st.st_size)
 
+    def settle(self, escape: Escape) -> None:
+        """Give a signal sent to the victim, or a lingering process, the time to take effect."""
+        if escape.effect == "linger":
+            time.sleep(LINGER_S + 0.5)
+        if escape.effect == "victim":
+            try:
+                self.victim.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+
     def _victim_state(self) -> tuple:
         pid = self.victim.pid
         if self.victim.poll() is not None:
@@ -631,8 +641,7 @@ def test_the_sandbox_holds(escape, world):
     rss, start = _rss_mb(), time.monotonic()
     result = _run(escape, world)
     elapsed = time.monotonic() - start
-    if escape.effect == "linger":
-        time.sleep(LINGER_S + 0.5)
+    world.settle(escape)
     assert world.effects() == []
     assert world.leaked(result) == []
     assert escape.may_succeed or not result.ok, f"ok result: {result.value!r:.200}"
@@ -654,8 +663,7 @@ def test_the_effects_happen_without_the_sandbox(escape, world):
     """The same programs as plain child processes (no OS boundary, no first filter): each effect the
     sandbox test looks for does happen, so its check can fail."""
     result = _run(escape, world, mode="unsafe-local")
-    if escape.effect == "linger":
-        time.sleep(LINGER_S + 0.5)
+    world.settle(escape)
     if escape.effect == "read":
         assert world.leaked(result), result.reason
     else:
