@@ -303,7 +303,7 @@ def _probe() -> str | None:
         )
     else:
         result = run_function(
-            "def f():\n    return 1\n", "f", limits=SandboxLimits(timeout_s=20), mode="bwrap"
+            "def f():\n    return 1\n", "f", limits=SandboxLimits(timeout_s=60), mode="bwrap"
         )
         if not (result.ok and result.value == 1):
             problem = (
@@ -695,7 +695,8 @@ def _loads_npy(data: bytes) -> Any:
 
 
 def _one_line(text: str) -> str:
-    line = " ".join(text.split())
+    # printable characters only: the child writes this text and terminals interpret control sequences
+    line = "".join(c if c.isprintable() else "?" for c in " ".join(text.split()))
     return line if len(line) <= _REASON_CHARS else line[: _REASON_CHARS - 3] + "..."
 
 
