@@ -87,6 +87,21 @@ def test_a_model_without_predict_proba_and_a_forbidden_import_fail_with_their_re
     )
 
 
+def test_predictions_that_are_not_probabilities_score_minus_one():
+    """Multiclass scores whose rows do not sum to 1: roc_auc_score refuses them; a reason, no exception."""
+    zeros = (
+        "import numpy as np\n\nclass Zeros:\n    def predict_proba(self, X):\n"
+        "        return np.zeros((len(X), 3))\n\ndef build_model(X, y):\n    return Zeros()\n"
+    )
+    env = small_env(dataset="iris")
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(zeros)
+    assert reward == -1.0
+    assert info["reason"].startswith(
+        "roc_auc_score refused the predictions: Target scores need to be probabilities"
+    )
+
+
 def test_env_checker_and_the_reference_actions():
     env = DataSciCodingEnv(dataset="iris", splits=1, sandbox=SANDBOX)
     check_env(env)  # steps with action indices: reference solutions
