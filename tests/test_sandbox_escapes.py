@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import threading
@@ -34,7 +35,7 @@ import pytest
 from agentrl.sandbox import SandboxLimits, run_function, sandbox_problem
 
 NO_SANDBOX = sandbox_problem()
-pytestmark = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox here: {NO_SANDBOX}")
+needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox here: {NO_SANDBOX}")
 
 LIMITS = SandboxLimits(timeout_s=2.5, cpu_s=1.5, memory_mb=768, disk_mb=16, result_mb=4, output_kb=16)
 #: programs that run until a limit stops them: a short timeout (they start no library) keeps the suite fast
@@ -521,7 +522,7 @@ class World:
         self.udp.bind(("127.0.0.1", 0))
         self.udp.settimeout(0.05)
         threading.Thread(target=self._recv_udp, daemon=True).start()
-        self.victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        self.victim = subprocess.Popen([shutil.which("sleep") or "/bin/sleep", "60"], start_new_session=True)
         self.victim_state = self._victim_state()
         environ = Path("/proc/self/environ").read_bytes().split(b"\0")
         # an entry of this process's environment that the child's own environment does not have
@@ -644,6 +645,7 @@ def _run(escape: Escape, world: World, mode: str = "bwrap"):
     )
 
 
+@needs_sandbox
 @pytest.mark.parametrize("escape", ESCAPES)
 def test_the_sandbox_holds(escape, world):
     rss, start = _rss_mb(), time.monotonic()
@@ -700,6 +702,7 @@ FORGE = (
 FORGE_FILTERED = FORGE.replace("import os, sys", "import random\nos = random._os\nsys = os.sys")
 
 
+@needs_sandbox
 def test_a_forged_result_scores_minus_one(env):
     env.reset(seed=0)
     _, reward, _, _, info = env.step(FORGE_FILTERED)  # as a model's answer: the first filter refuses it
@@ -722,6 +725,7 @@ def test_a_forged_result_scores_minus_one(env):
     assert score is None and reason == "the sandbox returned dict instead of predictions of shape (2, 38, 3)"
 
 
+@needs_sandbox
 def test_perfect_predictions_need_the_labels_which_stay_outside(env):
     """Looking the test rows up in scikit-learn's copy of the dataset (its labels included) fails: the
     sandbox hides those files. The first filter allows the read (it is inside the Python installation)."""
@@ -738,6 +742,7 @@ def test_perfect_predictions_need_the_labels_which_stay_outside(env):
     assert reward == -1.0 and "FileNotFoundError" in info["reason"] and "iris.csv" in info["reason"]
 
 
+@needs_sandbox
 def test_tampering_with_the_scoring_does_not_change_the_score(env):
     """Replacing every roc_auc_score the child can reach (where a harness in the child would score)
     changes nothing: the parent scores."""

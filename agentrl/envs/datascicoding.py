@@ -81,6 +81,7 @@ def dataset_summary(name: str) -> dict[str, Any]:
     }
 
 
+@functools.cache
 def _load(name: str) -> tuple[np.ndarray, np.ndarray, list[str], list[str], str]:
     from sklearn import datasets
 
