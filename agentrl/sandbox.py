@@ -648,24 +648,26 @@ def _parse_result(data: bytes) -> tuple[bool, Any, str]:
 
 
 def _loads_json(data: bytes, depth: int) -> Any:
-    """json.loads of at most `depth` nested arrays/objects (deeper: ValueError, before parsing)."""
-    if _json_depth(data) > depth:
-        raise ValueError(f"JSON nested deeper than {depth} levels")
+    """json.loads of bytes already bounded in size, then at most `depth` nested arrays/objects. The C
+    decoder stops a deeper nesting bomb itself with RecursionError (its own depth guard)."""
     try:
-        return json.loads(data.decode("utf-8"))
+        value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ValueError(f"invalid JSON ({type(exc).__name__})") from None
+    if _json_depth(value) > depth:
+        raise ValueError(f"JSON nested deeper than {depth} levels")
+    return value
 
 
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-
-
-def _json_depth(data: bytes) -> int:
-    import numpy as np
-
-    codes = np.frombuffer(_JSON_STRING.sub(b'""', data), dtype=np.uint8).astype(np.int64)
-    steps = np.isin(codes, (91, 123)).astype(np.int64) - np.isin(codes, (93, 125))  # [{ minus ]}
-    return int(np.cumsum(steps).max(initial=0))
+def _json_depth(value: Any) -> int:
+    """Nesting depth of decoded JSON, walked without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, list | dict):
+            deepest = max(deepest, level + 1)
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _loads_npy(data: bytes) -> Any:

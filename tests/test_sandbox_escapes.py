@@ -764,10 +764,10 @@ def test_tampering_with_the_scoring_does_not_change_the_score(env):
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
-        (
-            b'{"ok": true, "kind": "json", "reason": ""}\n' + b"[" * 100000 + b"]" * 100000,
-            "nested deeper than 32",
-        ),
+        (b'{"ok": true, "kind": "json", "reason": ""}\n' + b"[" * 100000 + b"]" * 100000, "RecursionError"),
+        (b'{"ok": true, "kind": "json", "reason": ""}\n' + b"[" * 40 + b"]" * 40, "nested deeper than 32"),
+        # escaped quotes: a scanner that looks for strings from every quote would take quadratic time
+        (b'{"ok": true, "kind": "json", "reason": ""}\n"' + b'\\"' * 300000, "invalid JSON"),
         (b'{"ok": true, "kind": "json", "reason": ""}\n' + b" " * (2 << 20), "larger than 1024 KB"),
         (b'{"ok": true, "kind": "npy", "reason": ""}\n\x93NUMPY\x01\x00' + b"{" * 10, "invalid npy header"),
         (b'{"ok": true, "kind": "pickle", "reason": ""}\n', "wrong types"),
@@ -778,8 +778,10 @@ def test_tampering_with_the_scoring_does_not_change_the_score(env):
 def test_malformed_results_are_reasons_not_exceptions(data, reason):
     from agentrl.sandbox import _parse_result
 
+    start = time.monotonic()
     with pytest.raises(ValueError, match=reason):
         _parse_result(data)
+    assert time.monotonic() - start < 2
 
 
 def test_a_numeric_array_passes_the_parser():
