@@ -9,6 +9,12 @@ STAMP := $(VENV)/.installed
 .PHONY: install test test-slow demo lint format clean
 
 install: $(STAMP)
+	@# env=datascicoding runs model code under bubblewrap (docs/envs.md, "The sandbox"): installed with
+	@# apt-get when run as root on Debian/Ubuntu; elsewhere a note, never a failure (the env then refuses).
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -qq bubblewrap libseccomp2 || { apt-get update -qq && \
+		apt-get install -y -qq bubblewrap libseccomp2; }; } >/dev/null 2>&1; } || \
+		echo "note: bubblewrap is not installed; env=datascicoding needs it (apt-get install bubblewrap)"
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

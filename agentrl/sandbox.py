@@ -303,7 +303,7 @@ def _probe() -> str | None:
         )
     else:
         result = run_function(
-            "def f():\n    return 1\n", "f", limits=SandboxLimits(timeout_s=20), mode="bwrap"
+            "def f():\n    return 1\n", "f", limits=SandboxLimits(timeout_s=60), mode="bwrap"
         )
         if not (result.ok and result.value == 1):
             problem = (
@@ -328,6 +328,8 @@ def require_sandbox(mode: str) -> None:
         problem = sandbox_problem()
         if problem:
             raise ConfigError(problem)
+    else:
+        _warn_unsafe()
 
 
 _warned_unsafe: list[bool] = []
@@ -508,15 +510,18 @@ def _communicate(proc: subprocess.Popen, payload: bytes, result_fd: int, limits:
     sel.register(result_fd, selectors.EVENT_READ, "result")
     todo, exited_at = memoryview(payload), None
     with sel:
-        while sel.get_map():
+        while True:
             now = time.monotonic()
             if now >= deadline:
                 out.timed_out = True
                 break
             if exited_at is None and proc.poll() is not None:
                 exited_at = now
-            if exited_at is not None and now - exited_at > _EXIT_GRACE_S:
-                break  # a leftover process holds a pipe: its end is not waited for
+            if exited_at is not None and (not sel.get_map() or now - exited_at > _EXIT_GRACE_S):
+                break  # after the grace period a leftover process may hold a pipe: not waited for
+            if not sel.get_map():  # the child closed its pipes and runs on: wait for its end
+                time.sleep(min(0.05, deadline - now))
+                continue
             for key, _ in sel.select(timeout=min(0.1, deadline - now)):
                 fd = key.fd
                 if key.data == "in":
@@ -643,24 +648,26 @@ def _parse_result(data: bytes) -> tuple[bool, Any, str]:
 
 
 def _loads_json(data: bytes, depth: int) -> Any:
-    """json.loads of at most `depth` nested arrays/objects (deeper: ValueError, before parsing)."""
-    if _json_depth(data) > depth:
-        raise ValueError(f"JSON nested deeper than {depth} levels")
+    """json.loads of bytes already bounded in size, then at most `depth` nested arrays/objects. The C
+    decoder stops a deeper nesting bomb itself with RecursionError (its own depth guard)."""
     try:
-        return json.loads(data.decode("utf-8"))
+        value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ValueError(f"invalid JSON ({type(exc).__name__})") from None
+    if _json_depth(value) > depth:
+        raise ValueError(f"JSON nested deeper than {depth} levels")
+    return value
 
 
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-
-
-def _json_depth(data: bytes) -> int:
-    import numpy as np
-
-    codes = np.frombuffer(_JSON_STRING.sub(b'""', data), dtype=np.uint8).astype(np.int64)
-    steps = np.isin(codes, (91, 123)).astype(np.int64) - np.isin(codes, (93, 125))  # [{ minus ]}
-    return int(np.cumsum(steps).max(initial=0))
+def _json_depth(value: Any) -> int:
+    """Nesting depth of decoded JSON, walked without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, list | dict):
+            deepest = max(deepest, level + 1)
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _loads_npy(data: bytes) -> Any:
@@ -690,7 +697,8 @@ def _loads_npy(data: bytes) -> Any:
 
 
 def _one_line(text: str) -> str:
-    line = " ".join(text.split())
+    # printable characters only: the child writes this text and terminals interpret control sequences
+    line = "".join(c if c.isprintable() else "?" for c in " ".join(text.split()))
     return line if len(line) <= _REASON_CHARS else line[: _REASON_CHARS - 3] + "..."
 
 

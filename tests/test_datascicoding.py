@@ -18,15 +18,28 @@ from agentrl.envs import make_env
 from agentrl.envs.datascicoding import REFERENCE_SOLUTIONS, DataSciCodingEnv
 from agentrl.errors import ConfigError
 from agentrl.rollout import rollout
+from agentrl.sandbox import sandbox_problem
 from agentrl.types import StepContext
 
+#: the OS sandbox where this machine has it; else the explicit opt-out, so the env's logic is still tested
+#: (tests/test_sandbox_escapes.py skips there, with the reason)
+SANDBOX = "bwrap" if sandbox_problem() is None else "unsafe-local"
+
 LOGISTIC = REFERENCE_SOLUTIONS["logistic_regression"]
+#: breast_cancer, 2 splits, seed 0, as scored when the scoring ran inside the sandbox child (before issue 25)
+EXPECTED_REFERENCE_SCORES = {
+    "logistic_regression": 0.9925576519916143,
+    "random_forest": 0.9973794549266248,
+    "constant_prior": 0.5,
+}
 CRASHING = "import numpy as np\n\ndef build_model(X, y):\n    return np.linalg.inv(np.zeros((2, 3)))\n"
 
 
 def small_env(**kwargs) -> DataSciCodingEnv:
     """Two splits and a short timeout keep each scored attempt at a few seconds."""
-    return DataSciCodingEnv(**{"dataset": "breast_cancer", "splits": 2, "timeout_s": 60, **kwargs})
+    return DataSciCodingEnv(
+        **{"dataset": "breast_cancer", "splits": 2, "timeout_s": 60, "sandbox": SANDBOX, **kwargs}
+    )
 
 
 def test_a_crash_then_a_good_logistic_regression():
@@ -74,8 +87,23 @@ def test_a_model_without_predict_proba_and_a_forbidden_import_fail_with_their_re
     )
 
 
+def test_predictions_that_are_not_probabilities_score_minus_one():
+    """Multiclass scores whose rows do not sum to 1: roc_auc_score refuses them; a reason, no exception."""
+    zeros = (
+        "import numpy as np\n\nclass Zeros:\n    def predict_proba(self, X):\n"
+        "        return np.zeros((len(X), 3))\n\ndef build_model(X, y):\n    return Zeros()\n"
+    )
+    env = small_env(dataset="iris")
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(zeros)
+    assert reward == -1.0
+    assert info["reason"].startswith(
+        "roc_auc_score refused the predictions: Target scores need to be probabilities"
+    )
+
+
 def test_env_checker_and_the_reference_actions():
-    env = DataSciCodingEnv(dataset="iris", splits=1)
+    env = DataSciCodingEnv(dataset="iris", splits=1, sandbox=SANDBOX)
     check_env(env)  # steps with action indices: reference solutions
     env.reset(seed=3)
     _, reward, terminated, _, info = env.step(env.action_names.index("constant_prior"))
@@ -83,7 +111,7 @@ def test_env_checker_and_the_reference_actions():
 
 
 def test_random_dataset_is_picked_by_the_seed():
-    env = DataSciCodingEnv()
+    env = DataSciCodingEnv(sandbox=SANDBOX)
     picked = set()
     for seed in range(12):
         env.reset(seed=seed)
@@ -95,7 +123,7 @@ def test_random_dataset_is_picked_by_the_seed():
 
 
 def test_no_numeric_view_and_bad_options():
-    env = DataSciCodingEnv()
+    env = DataSciCodingEnv(sandbox=SANDBOX)
     with pytest.raises(ConfigError, match="datascicoding has no numeric view; DQN cannot run on it"):
         env.numeric_space()
     with pytest.raises(ConfigError, match="unknown datascicoding dataset 'mnist'"):
@@ -194,6 +222,7 @@ def test_cli_eval_with_the_random_agent_and_dqn_refused(tmp_path):
     args = [
         "eval",
         "env=datascicoding",
+        f"env.sandbox={SANDBOX}",
         "env.dataset=iris",
         "env.splits=1",
         "agent=random",
@@ -207,7 +236,38 @@ def test_cli_eval_with_the_random_agent_and_dqn_refused(tmp_path):
     assert all(row["actions"][0] in REFERENCE_SOLUTIONS for row in rows)
 
     result = runner.invoke(
-        app, ["train", "env=datascicoding", "algo=dqn", f"hydra.run.dir={tmp_path / 'dqn'}"]
+        app,
+        [
+            "train",
+            "env=datascicoding",
+            f"env.sandbox={SANDBOX}",
+            "algo=dqn",
+            f"hydra.run.dir={tmp_path / 'dqn'}",
+        ],
     )
     assert result.exit_code == 2
     assert "datascicoding has no numeric view; DQN cannot run on it" in result.output
+
+
+def test_without_the_os_sandbox_the_cli_refuses_before_a_run_directory(tmp_path, monkeypatch):
+    from agentrl import sandbox
+
+    monkeypatch.setattr(sandbox.sandbox_bwrap, "BWRAP", "bwrap-not-installed")
+    monkeypatch.setattr(sandbox, "_probe_result", [])
+    run = tmp_path / "eval"
+    args = ["eval", "env=datascicoding", "agent=random", "eval.episodes=1", f"hydra.run.dir={run}"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert "the DataSciCoding sandbox needs bubblewrap: install it" in result.output
+    assert "env.sandbox=unsafe-local" in result.output and not run.exists()
+
+
+def test_the_reference_solutions_score_as_before():
+    """The scores the reference solutions had when the scoring ran inside the child (2 splits, seed 0)."""
+    env = small_env(splits=2)
+    scores = {}
+    for name in env.action_names:
+        env.reset(seed=0)
+        _, reward, _, _, info = env.step(env.action_names.index(name))
+        scores[name] = reward
+    assert scores == pytest.approx(EXPECTED_REFERENCE_SCORES, abs=1e-12)

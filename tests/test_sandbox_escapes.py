@@ -9,7 +9,8 @@ model's answer arrives. Every test asserts from OUTSIDE that the effect did not 
 unchanged, no new file, a listener never connected, a victim process alive with its priority and limits,
 no secret in anything the caller got, the caller's memory and the wall time bounded) and that the caller
 got a clean error result. `test_the_effects_happen_without_the_sandbox` runs the programs marked
-`outside` as plain child processes and sees each effect happen, so each check can fail.
+`outside` as plain child processes and sees each effect happen, so each check can fail (six of them in
+the fast suite, one per kind of effect; all 40 with `-m slow`).
 
 Check a new machine with: python -m pytest -q tests/test_sandbox_escapes.py
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import threading
@@ -33,7 +35,7 @@ import pytest
 from agentrl.sandbox import SandboxLimits, run_function, sandbox_problem
 
 NO_SANDBOX = sandbox_problem()
-pytestmark = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox here: {NO_SANDBOX}")
+needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox here: {NO_SANDBOX}")
 
 LIMITS = SandboxLimits(timeout_s=2.5, cpu_s=1.5, memory_mb=768, disk_mb=16, result_mb=4, output_kb=16)
 #: programs that run until a limit stops them: a short timeout (they start no library) keeps the suite fast
@@ -481,6 +483,13 @@ ESCAPES = [
         "none",
     ),
     E(
+        "terminal-escapes-in-reason",
+        FD
+        + 'def f():\n    os.write(fd, b\'{"ok": false, "kind": "json", "reason": "\\\\u001b[2J\\\\u0007x"}\\n\')\n'
+        "    os._exit(0)\n",
+        "none",
+    ),
+    E(
         "huge-reason",
         FD
         + 'def f():\n    os.write(fd, b\'{"ok": false, "kind": "json", "reason": "\' + b\'x\' * 3000 + b\'"}\\n\')\n    os._exit(0)\n',
@@ -513,7 +522,7 @@ class World:
         self.udp.bind(("127.0.0.1", 0))
         self.udp.settimeout(0.05)
         threading.Thread(target=self._recv_udp, daemon=True).start()
-        self.victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        self.victim = subprocess.Popen([shutil.which("sleep") or "/bin/sleep", "60"], start_new_session=True)
         self.victim_state = self._victim_state()
         environ = Path("/proc/self/environ").read_bytes().split(b"\0")
         # an entry of this process's environment that the child's own environment does not have
@@ -573,6 +582,16 @@ class World:
         st = path.stat()
         return (st.st_mode, st.st_mtime_ns, st.st_size)
 
+    def settle(self, escape: Escape) -> None:
+        """Give a signal sent to the victim, or a lingering process, the time to take effect."""
+        if escape.effect == "linger":
+            time.sleep(LINGER_S + 0.5)
+        if escape.effect == "victim":
+            try:
+                self.victim.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+
     def _victim_state(self) -> tuple:
         pid = self.victim.pid
         if self.victim.poll() is not None:
@@ -626,17 +645,17 @@ def _run(escape: Escape, world: World, mode: str = "bwrap"):
     )
 
 
+@needs_sandbox
 @pytest.mark.parametrize("escape", ESCAPES)
 def test_the_sandbox_holds(escape, world):
     rss, start = _rss_mb(), time.monotonic()
     result = _run(escape, world)
     elapsed = time.monotonic() - start
-    if escape.effect == "linger":
-        time.sleep(LINGER_S + 0.5)
+    world.settle(escape)
     assert world.effects() == []
     assert world.leaked(result) == []
     assert escape.may_succeed or not result.ok, f"ok result: {result.value!r:.200}"
-    assert result.ok or (result.reason and "\n" not in result.reason and len(result.reason) <= 300)
+    assert result.ok or (result.reason.isprintable() and 0 < len(result.reason) <= 300)  # one clean line
     assert elapsed < LIMITS.timeout_s + 3, f"{elapsed:.1f} s"  # the timeout bounds the wall time
     assert _rss_mb() - rss < 64, "the caller's memory grew"
     assert len(result.output) <= LIMITS.output_kb * 1024
@@ -646,7 +665,13 @@ def test_there_are_at_least_60_hostile_programs():
     assert len(ESCAPES) >= 60 and len({p.values[0].name for p in ESCAPES}) == len(ESCAPES)
 
 
-OUTSIDE = [p for p in ESCAPES if p.values[0].outside]
+#: one program per kind of effect in the fast suite; all of them with -m slow
+OUTSIDE_FAST = {"open-secret", "parent-environ", "open-write", "os-system", "tcp-connect", "kill-victim"}
+OUTSIDE = [
+    pytest.param(*p.values, id=p.id, marks=() if p.id in OUTSIDE_FAST else pytest.mark.slow)
+    for p in ESCAPES
+    if p.values[0].outside
+]
 
 
 @pytest.mark.parametrize("escape", OUTSIDE)
@@ -654,8 +679,7 @@ def test_the_effects_happen_without_the_sandbox(escape, world):
     """The same programs as plain child processes (no OS boundary, no first filter): each effect the
     sandbox test looks for does happen, so its check can fail."""
     result = _run(escape, world, mode="unsafe-local")
-    if escape.effect == "linger":
-        time.sleep(LINGER_S + 0.5)
+    world.settle(escape)
     if escape.effect == "read":
         assert world.leaked(result), result.reason
     else:
@@ -678,6 +702,7 @@ FORGE = (
 FORGE_FILTERED = FORGE.replace("import os, sys", "import random\nos = random._os\nsys = os.sys")
 
 
+@needs_sandbox
 def test_a_forged_result_scores_minus_one(env):
     env.reset(seed=0)
     _, reward, _, _, info = env.step(FORGE_FILTERED)  # as a model's answer: the first filter refuses it
@@ -700,6 +725,7 @@ def test_a_forged_result_scores_minus_one(env):
     assert score is None and reason == "the sandbox returned dict instead of predictions of shape (2, 38, 3)"
 
 
+@needs_sandbox
 def test_perfect_predictions_need_the_labels_which_stay_outside(env):
     """Looking the test rows up in scikit-learn's copy of the dataset (its labels included) fails: the
     sandbox hides those files. The first filter allows the read (it is inside the Python installation)."""
@@ -716,6 +742,7 @@ def test_perfect_predictions_need_the_labels_which_stay_outside(env):
     assert reward == -1.0 and "FileNotFoundError" in info["reason"] and "iris.csv" in info["reason"]
 
 
+@needs_sandbox
 def test_tampering_with_the_scoring_does_not_change_the_score(env):
     """Replacing every roc_auc_score the child can reach (where a harness in the child would score)
     changes nothing: the parent scores."""
@@ -737,10 +764,10 @@ def test_tampering_with_the_scoring_does_not_change_the_score(env):
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
-        (
-            b'{"ok": true, "kind": "json", "reason": ""}\n' + b"[" * 100000 + b"]" * 100000,
-            "nested deeper than 32",
-        ),
+        (b'{"ok": true, "kind": "json", "reason": ""}\n' + b"[" * 100000 + b"]" * 100000, "RecursionError"),
+        (b'{"ok": true, "kind": "json", "reason": ""}\n' + b"[" * 40 + b"]" * 40, "nested deeper than 32"),
+        # escaped quotes: a scanner that looks for strings from every quote would take quadratic time
+        (b'{"ok": true, "kind": "json", "reason": ""}\n"' + b'\\"' * 300000, "invalid JSON"),
         (b'{"ok": true, "kind": "json", "reason": ""}\n' + b" " * (2 << 20), "larger than 1024 KB"),
         (b'{"ok": true, "kind": "npy", "reason": ""}\n\x93NUMPY\x01\x00' + b"{" * 10, "invalid npy header"),
         (b'{"ok": true, "kind": "pickle", "reason": ""}\n', "wrong types"),
@@ -751,8 +778,10 @@ def test_tampering_with_the_scoring_does_not_change_the_score(env):
 def test_malformed_results_are_reasons_not_exceptions(data, reason):
     from agentrl.sandbox import _parse_result
 
+    start = time.monotonic()
     with pytest.raises(ValueError, match=reason):
         _parse_result(data)
+    assert time.monotonic() - start < 2
 
 
 def test_a_numeric_array_passes_the_parser():

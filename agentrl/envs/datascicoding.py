@@ -81,6 +81,7 @@ def dataset_summary(name: str) -> dict[str, Any]:
     }
 
 
+@functools.cache
 def _load(name: str) -> tuple[np.ndarray, np.ndarray, list[str], list[str], str]:
     from sklearn import datasets
 
@@ -94,7 +95,7 @@ def _load(name: str) -> tuple[np.ndarray, np.ndarray, list[str], list[str], str]
 
 
 # ---- the scoring (in the parent: the test labels never enter the sandbox) ---------------------------
-@functools.cache
+@functools.lru_cache(maxsize=8)  # a few seeds (each holds a copy of the data); every reset draws a new one
 def _splits(dataset: str, splits: int, seed: int) -> tuple[dict[str, np.ndarray], list[np.ndarray], int]:
     """The seeded stratified splits: the arrays the sandbox gets (training parts and test inputs), the
     test labels the parent keeps, and the number of classes."""
@@ -126,14 +127,21 @@ def score_predictions(
     if not np.all(np.isfinite(proba)):
         return None, [], "predict_proba returned NaN or infinite values"
     aucs = []
-    for y_test, p in zip(labels, proba, strict=True):
-        if classes == 2:
-            aucs.append(float(roc_auc_score(y_test, p[:, 1])))
-        else:
-            aucs.append(
-                float(roc_auc_score(y_test, p, multi_class="ovr", average="macro", labels=range(classes)))
-            )
+    try:
+        for y_test, p in zip(labels, proba, strict=True):
+            if classes == 2:
+                auc = roc_auc_score(y_test, p[:, 1])
+            else:
+                auc = roc_auc_score(y_test, p, multi_class="ovr", average="macro", labels=range(classes))
+            aucs.append(float(auc))
+    except ValueError as exc:  # multiclass scores that are not probabilities (rows not summing to 1)
+        return None, [], _one_line(f"roc_auc_score refused the predictions: {exc}")
     return float(np.mean(aucs)), aucs, ""
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 # ---- the environment ---------------------------------------------------------------------------------
