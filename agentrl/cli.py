@@ -391,6 +391,7 @@ def sweep(
             "preset is given)"
         ),
     ] = "",
+    dry_run: DryRun = False,
 ) -> None:
     """Run one job per combination of comma-separated values (Hydra multirun).
 
@@ -410,6 +411,16 @@ def sweep(
         stamp = f"{datetime.now():%Y-%m-%d}/{run_time()}-{new_run_id()}"
         overrides.append(f"hydra.sweep.dir=outputs/multirun/{stamp}")
     sweep_dir = Path(next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")))
+    if dry_run:
+        from agentrl.run import sweep_plan
+
+        lines, problems = sweep_plan(task, overrides)
+        console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+        for problem in problems:
+            typer.echo(f"error: {problem}", err=True)
+        if problems:
+            raise typer.Exit(2)
+        return
     launch(task, overrides, multirun=True)
     failed = _print_sweep_summary(sweep_dir)
     if failed:

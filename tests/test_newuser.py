@@ -321,3 +321,18 @@ def test_describe_lists_null_once_and_group_help_matches_the_default():
     assert "null, bfloat16, float16 or null" not in out
     assert "groups_per_iteration: int  (default: 4)" in out  # POAD's 4 x 8, not MS-GRPO's 2 x 16
     assert "32 episodes per batch = 2 x 16" not in out
+
+
+def test_sweep_dry_run_lists_the_jobs_and_every_failing_one(tmp_path):
+    sweep = tmp_path / "sweep"
+    ok = invoke(
+        "sweep", "env=frozenlake,snake", "agent=random,planner", f"hydra.sweep.dir={sweep}", "--dry-run"
+    )
+    assert ok.exit_code == 0, ok.output
+    assert "4 eval jobs" in ok.output and "job 3  env=snake agent=planner" in ok.output
+    bad = invoke(
+        "sweep", "env=frozenlake,datascicoding", "agent=planner", f"hydra.sweep.dir={sweep}", "--dry-run"
+    )
+    assert bad.exit_code == 2
+    assert "error: job 1: unknown env for agent=planner 'datascicoding'" in bad.output
+    assert not sweep.exists() and not (tmp_path / "outputs").exists()
