@@ -518,15 +518,23 @@ def _print_sweep_summary(sweep_dir: Path) -> int:
 
     from agentrl.rundir import effective_status, read_status
 
+    # A job is labelled by its number and the overrides that set it apart from the other jobs (its
+    # directory's name holds all of them) beyond env, agent and seed, as words the table can wrap.
     table = Table(title=f"sweep {sweep_dir}")
-    for col in ("job", "env", "agent", "seed", "success", "return ± stderr", "length", "invalid"):
-        table.add_column(col)
+    table.add_column("job", overflow="fold")
+    for col in ("env", "agent", "seed", "success", "return ± stderr", "length", "invalid"):
+        table.add_column(col, no_wrap=col != "return ± stderr")  # the job column gives way first
     jobs = sorted(
         (p for p in sweep_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()),
         key=lambda p: int(p.name.split("_", 1)[0]) if p.name.split("_", 1)[0].isdigit() else 0,
     )
+    settings = {job: job.name.partition("_")[2].partition("_")[2].split(",") for job in jobs}
+    shared = set.intersection(*(set(s) for s in settings.values())) if len(jobs) > 1 else set()
     failed = 0
     for job in jobs:
+        shown = ("env", "agent", "seed")  # columns of their own
+        own = " ".join(o for o in settings[job] if o not in shared and o.partition("=")[0] not in shown)
+        label = f"{job.name.partition('_')[0]} {own}".strip()
         try:
             m = json.loads((job / "eval.json").read_text())
         except (OSError, ValueError):
@@ -534,10 +542,10 @@ def _print_sweep_summary(sweep_dir: Path) -> int:
             state = effective_status(job) or "no eval.json"
             reason = (read_status(job) or {}).get("reason", "") if state != "no eval.json" else ""
             cell = escape(f"{state}: {reason}" if reason else state)
-            table.add_row(job.name, f"[red]{cell}[/red]", "", "", "", "", "", "")
+            table.add_row(escape(label), f"[red]{cell}[/red]", "", "", "", "", "", "")
             continue
         table.add_row(
-            job.name,
+            escape(label),
             str(m.get("env")),
             str(m.get("agent")),
             str(m.get("seed")),
@@ -546,7 +554,7 @@ def _print_sweep_summary(sweep_dir: Path) -> int:
             f"{m['mean_length']:.1f}",
             f"{m['invalid_rate']:.2f}",
         )
-    console.print(table)
+    console.print(table, soft_wrap=False)
     console.print(f"[bold]sweep directory:[/bold] {sweep_dir}")
     return failed
 

@@ -336,3 +336,26 @@ def test_sweep_dry_run_lists_the_jobs_and_every_failing_one(tmp_path):
     assert bad.exit_code == 2
     assert "error: job 1: unknown env for agent=planner 'datascicoding'" in bad.output
     assert not sweep.exists() and not (tmp_path / "outputs").exists()
+
+
+def test_sweep_summary_fits_80_columns_and_labels_jobs_by_what_sets_them_apart(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweep"
+    args = [
+        "sweep",
+        "env=frozenlake,tictactoe",
+        "agent=random",
+        "eval.episodes=2,3",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    env = {**os.environ, "COLUMNS": "80", "AGENTRL_NO_PROGRESS": "1"}
+    done = subprocess.run([sys.executable, "-m", "agentrl", *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert rows and max(len(line) for line in rows) <= 80, "\n".join(rows)
+    job_column = "".join(line.split("│")[1].strip() for line in rows if line.startswith("│"))
+    assert "3eval.episodes=3" in job_column, "\n".join(rows)  # job 3, labelled by its swept value
+    assert "frozenlake" in done.stdout and "tictactoe" in done.stdout  # identifying columns not cut
