@@ -34,7 +34,7 @@ app = typer.Typer(
         ("agentrl envs", "the environments and their actions"),
         ("agentrl eval env=frozenlake agent=planner", "evaluate any agent, LLM or classic"),
         ("agentrl train env=snake model=qwen2.5-3b", "post-train an LLM agent (MS-GRPO)"),
-        ("agentrl sweep env=frozenlake,snake seed=0,1,2", "one job per combination, then a table"),
+        ("agentrl sweep env=frozenlake,snake agent=random,planner", "one job per combination, then a table"),
         ("agentrl play env=tictactoe", "play it yourself"),
         ("agentrl report outputs/", "tables and plots across runs"),
     )
@@ -114,7 +114,19 @@ def config_groups_help(command: str) -> str:
     return "\n".join(lines)
 
 
-class _GroupsHelpCommand(TyperCommand):
+class _Command(TyperCommand):
+    """Every agentrl command: a flag's help shows no `<bool>` (a flag takes no value; typer's rich help
+    would show its type)."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class _GroupsHelpCommand(_Command):
     """A command whose --help ends with the config groups, read from the config tree only when help is
     shown (so the CLI does not load it on every start)."""
 
@@ -128,6 +140,28 @@ class _GroupsHelpCommand(TyperCommand):
 
 def _groups_help(command: str) -> type[TyperCommand]:
     return type(f"_{command.title()}Command", (_GroupsHelpCommand,), {"help_groups_for": command})
+
+
+#: words a user may put after a flag, taking it for an option with a value (`--dry-run true`)
+FLAG_VALUES = ("true", "false", "yes", "no", "on", "off", "1", "0")
+
+
+def _overrides(given: list[str] | None) -> list[str]:
+    """The command line's overrides; a word that is none (no `=`, not a `~key` deletion) is refused in
+    one line, before Hydra's parser would report it."""
+    overrides = list(given or [])
+    for word in overrides:
+        if "=" in word or word.startswith("~"):
+            continue
+        from agentrl.errors import ConfigError
+
+        if word.lower() in FLAG_VALUES:
+            raise ConfigError(
+                f"{word!r} is not an override: --dry-run, --show-prompt and --describe are flags and take "
+                "no value (give the flag alone)"
+            )
+        raise ConfigError(f"{word!r} is not an override: write key=value or group=option (e.g. env=snake)")
+    return overrides
 
 
 def _errors_to_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -148,11 +182,12 @@ def _errors_to_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @app.command(
+    cls=_Command,
     epilog=_examples(
         ("agentrl envs", "the table"),
         ("agentrl play env=snake", "try one yourself"),
         ("agentrl config env=snake --describe", "every option of an env, with its default"),
-    )
+    ),
 )
 @_errors_to_exit
 def envs() -> None:
@@ -214,11 +249,11 @@ def envs() -> None:
             "any OpenAI-compatible endpoint",
         ),
         (
-            "agentrl eval env=snake agent=dqn agent.path=outputs/2026-12-01/10-00-00_train_snake",
+            "agentrl eval env=snake agent=dqn agent.path=outputs/2026-12-01/10-00-00.000-1a2b_train_snake",
             "a trained DQN",
         ),
         (
-            "agentrl eval model.name_or_path=outputs/2026-12-01/10-00-00_train_frozenlake/final",
+            "agentrl eval model.name_or_path=outputs/2026-12-01/10-00-00.000-1a2b_train_frozenlake/final",
             "a trained LLM",
         ),
     ),
@@ -232,10 +267,11 @@ def eval_(overrides: Overrides = None, dry_run: DryRun = False) -> None:
     from agentrl.run import launch
 
     setup_logging()
+    overrides = _overrides(overrides)
     if dry_run:
-        _print_plan("eval", list(overrides or []))
+        _print_plan("eval", overrides)
         return
-    launch("eval", list(overrides or []))
+    launch("eval", overrides)
 
 
 def _print_plan(task: str, overrides: list[str], resume: Path | None = None) -> None:
@@ -259,7 +295,10 @@ def _print_plan(task: str, overrides: list[str], resume: Path | None = None) -> 
         ("agentrl train env=snake model=qwen2.5-3b algo.iterations=500 algo.beta=0.1", "a GPU run"),
         ("agentrl train algo.aaw.enabled=false", "the uniform-sampling ablation"),
         ("agentrl train env=snake algo=dqn", "the DQN baseline (Stable-Baselines3)"),
-        ("agentrl train --resume outputs/2026-12-01/10-00-00_train_frozenlake", "continue a killed run"),
+        (
+            "agentrl train --resume outputs/2026-12-01/10-00-00.000-1a2b_train_frozenlake",
+            "continue a killed run",
+        ),
     ),
 )
 @_errors_to_exit
@@ -278,7 +317,7 @@ def train(
     from agentrl.run import launch
 
     setup_logging()
-    overrides = list(overrides or [])
+    overrides = _overrides(overrides)
     keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     # a resumed run keeps its own algo (launch reads it from the run's overrides)
     # a preset that picks its algo (experiment=rlft_bandit) keeps it
@@ -291,18 +330,22 @@ def train(
 
 
 @app.command(
+    cls=_Command,
     epilog=_examples(
         ("agentrl report outputs/", "every run found under outputs/"),
-        ("agentrl report outputs/multirun/2026-12-01/10-00-00 --table paper", "the paper's tables and plots"),
         (
-            "agentrl report outputs/multirun/2026-12-01/10-00-00 --out reports/",
+            "agentrl report outputs/multirun/2026-12-01/10-00-00.000-1a2b --table paper",
+            "the paper's tables and plots",
+        ),
+        (
+            "agentrl report outputs/multirun/2026-12-01/10-00-00.000-1a2b --out reports/",
             "one sweep, written elsewhere",
         ),
         (
-            "agentrl report outputs/multirun/2026-12-01/10-00-00 --target 0.8",
+            "agentrl report outputs/multirun/2026-12-01/10-00-00.000-1a2b --target 0.8",
             "time until the greedy eval success first reaches 0.8",
         ),
-    )
+    ),
 )
 @_errors_to_exit
 def report(
@@ -375,6 +418,7 @@ def sweep(
             "preset is given)"
         ),
     ] = "",
+    dry_run: DryRun = False,
 ) -> None:
     """Run one job per combination of comma-separated values (Hydra multirun).
 
@@ -383,7 +427,8 @@ def sweep(
     from agentrl.run import launch
 
     setup_logging()
-    overrides = list(overrides or [])
+    overrides = _overrides(overrides)
+    _check_launcher(overrides)
     task = task or ("train" if _sweep_trains(overrides) else "eval")
     if not any(o.startswith("hydra.sweep.dir=") for o in overrides):
         from agentrl.rundir import new_run_id, run_time
@@ -393,6 +438,16 @@ def sweep(
         stamp = f"{datetime.now():%Y-%m-%d}/{run_time()}-{new_run_id()}"
         overrides.append(f"hydra.sweep.dir=outputs/multirun/{stamp}")
     sweep_dir = Path(next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")))
+    if dry_run:
+        from agentrl.run import sweep_plan
+
+        lines, problems = sweep_plan(task, overrides)
+        console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+        for problem in problems:
+            typer.echo(f"error: {problem}", err=True)
+        if problems:
+            raise typer.Exit(2)
+        return
     launch(task, overrides, multirun=True)
     failed = _print_sweep_summary(sweep_dir)
     if failed:
@@ -404,6 +459,41 @@ def sweep(
 
 #: agents that are played, never trained: a preset's algo does not make their sweep a training sweep
 BASELINE_AGENTS = ("random", "planner", "human", "dqn")
+
+
+#: the launchers `hydra/launcher=` takes: Hydra's own, its joblib and submitit plugins, and conf/hydra/launcher/
+def sweep_launchers() -> list[str]:
+    from agentrl.config import CONF_DIR
+
+    ours = {p.stem for p in (CONF_DIR / "hydra" / "launcher").glob("*.yaml")}
+    return sorted({"basic", "joblib", "submitit_local", "submitit_slurm", *ours})
+
+
+def _check_launcher(overrides: list[str]) -> None:
+    """A launcher that is unknown, or that cannot submit from this machine, is one line before any job."""
+    import importlib.util
+    import shutil
+
+    from agentrl.errors import ConfigError, UnknownChoiceError
+
+    given = [o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+") == "hydra/launcher"]
+    if not given:
+        return
+    launcher = given[-1]
+    if launcher not in sweep_launchers():
+        raise UnknownChoiceError("hydra/launcher", launcher, sweep_launchers())
+    needs = {
+        "joblib": "hydra_plugins.hydra_joblib_launcher",
+        "submitit": "hydra_plugins.hydra_submitit_launcher",
+    }
+    for prefix, module in needs.items():
+        if launcher.startswith(prefix) and importlib.util.find_spec(module) is None:
+            raise ConfigError(f"hydra/launcher={launcher} needs pip install hydra-{prefix}-launcher")
+    if launcher in ("slurm", "submitit_slurm") and shutil.which("sbatch") is None:
+        raise ConfigError(
+            f"hydra/launcher={launcher} submits jobs with sbatch, which this machine does not have: run the "
+            "sweep on a SLURM login node, or locally with hydra/launcher=basic or joblib"
+        )
 
 
 def _sweep_trains(overrides: list[str]) -> bool:
@@ -455,15 +545,23 @@ def _print_sweep_summary(sweep_dir: Path) -> int:
 
     from agentrl.rundir import effective_status, read_status
 
+    # A job is labelled by its number and the overrides that set it apart from the other jobs (its
+    # directory's name holds all of them) beyond env, agent and seed, as words the table can wrap.
     table = Table(title=f"sweep {sweep_dir}")
-    for col in ("job", "env", "agent", "seed", "success", "return ± stderr", "length", "invalid"):
-        table.add_column(col)
+    table.add_column("job", overflow="fold")
+    for col in ("env", "agent", "seed", "success", "return ± stderr", "length", "invalid"):
+        table.add_column(col, no_wrap=col != "return ± stderr")  # the job column gives way first
     jobs = sorted(
         (p for p in sweep_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()),
         key=lambda p: int(p.name.split("_", 1)[0]) if p.name.split("_", 1)[0].isdigit() else 0,
     )
+    settings = {job: job.name.partition("_")[2].partition("_")[2].split(",") for job in jobs}
+    shared = set.intersection(*(set(s) for s in settings.values())) if len(jobs) > 1 else set()
     failed = 0
     for job in jobs:
+        shown = ("env", "agent", "seed")  # columns of their own
+        own = " ".join(o for o in settings[job] if o not in shared and o.partition("=")[0] not in shown)
+        label = f"{job.name.partition('_')[0]} {own}".strip()
         try:
             m = json.loads((job / "eval.json").read_text())
         except (OSError, ValueError):
@@ -471,10 +569,10 @@ def _print_sweep_summary(sweep_dir: Path) -> int:
             state = effective_status(job) or "no eval.json"
             reason = (read_status(job) or {}).get("reason", "") if state != "no eval.json" else ""
             cell = escape(f"{state}: {reason}" if reason else state)
-            table.add_row(job.name, f"[red]{cell}[/red]", "", "", "", "", "", "")
+            table.add_row(escape(label), f"[red]{cell}[/red]", "", "", "", "", "", "")
             continue
         table.add_row(
-            job.name,
+            escape(label),
             str(m.get("env")),
             str(m.get("agent")),
             str(m.get("seed")),
@@ -483,7 +581,7 @@ def _print_sweep_summary(sweep_dir: Path) -> int:
             f"{m['mean_length']:.1f}",
             f"{m['invalid_rate']:.2f}",
         )
-    console.print(table)
+    console.print(table, soft_wrap=False)
     console.print(f"[bold]sweep directory:[/bold] {sweep_dir}")
     return failed
 
@@ -503,12 +601,26 @@ def play(overrides: Overrides = None) -> None:
 
     A move is an action's name, a prefix only it has (u for up) or an arrow key; an unknown or illegal
     move is asked again. Ctrl-D or Ctrl-C quits. Needs an interactive terminal."""
+    from agentrl.agents import baselines
     from agentrl.agents.baselines import HumanAgent
     from agentrl.envs import env_factory
+    from agentrl.errors import ConfigError
     from agentrl.rollout import rollout
     from agentrl.run import check_job
 
-    cfg = check_job(["agent=human", *(overrides or [])])
+    overrides = _overrides(overrides)
+    picked = [o for o in overrides if o.partition("=")[0].lstrip("+") == "agent"]
+    if picked:
+        raise ConfigError(
+            f"{picked[-1]}: in agentrl play you are the agent; to watch an agent play: agentrl eval "
+            f"{picked[-1]} env=<env>"
+        )
+    if not baselines.stdin_is_interactive():
+        raise ConfigError(
+            "agentrl play needs a person at a terminal, but stdin is not interactive (closed, a pipe or a "
+            "file); run it in a terminal, or watch an agent play: agentrl eval env=<env> agent=planner"
+        )
+    cfg = check_job(["agent=human", *overrides])
     agent = HumanAgent(console=console)  # refuses to start when stdin is not a terminal
     make_env = env_factory(cfg.env)
     env = make_env()
@@ -562,13 +674,18 @@ def config(
 
     from agentrl.config import compose_config
 
-    overrides = list(overrides or [])
+    overrides = _overrides(overrides)
     cfg = compose_config(overrides)
     if describe:
         console.print(_describe_config(cfg, overrides), markup=False, highlight=False, soft_wrap=True)
         return
     console.print(OmegaConf.to_yaml(cfg), markup=False, highlight=False)
-    if show_prompt:
+    if show_prompt and cfg.agent.name != "llm":
+        console.rule("prompt")
+        console.print(
+            f"agent={cfg.agent.name} reads no prompt (only an LLM agent does: agent=llm)", highlight=False
+        )
+    elif show_prompt:
         from agentrl.agents.llm import describe_interface, format_prompt_preview
 
         console.rule("prompt")
@@ -644,7 +761,8 @@ def _describe_block(title: str, cls: Any, rows: list[dict[str, Any]], label: str
     head = f"{title}  ({cls.__name__}) {doc}".rstrip() if cls is not None else title
     lines = [head]
     for row in rows:
-        optional = " or null" if row["type"].endswith("| None") else ""
+        listed = "null" in str(row.get("allowed") or "")  # choices that hold None list it already
+        optional = " or null" if row["type"].endswith("| None") and not listed else ""
         allowed = f"; must be {row['allowed']}{optional}" if row.get("allowed") else ""
         source = f"  [{row['source']}]" if row.get("source") else ""
         lines.append(f"  {row['key']}: {row['type']}  ({label}: {show(row['value'])}){source}")

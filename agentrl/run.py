@@ -236,18 +236,7 @@ def check_sweep(jobs: list[list[str]]) -> DictConfig:
     """`check_job` for every job of a sweep before the first starts. A sweep with failing jobs is refused
     as a whole, naming each failing job and why (one line): nothing half-run to clean up or fill in
     later, and every job's problem is seen at once. Returns the last job's config."""
-    failures: list[tuple[int, AgentRLError]] = []
-    cfg: DictConfig | None = None
-    for number, job in enumerate(jobs):
-        try:
-            cfg = check_job(job)
-        except AgentRLError as exc:
-            failures.append((number, exc))
-            continue
-        if _processes(cfg) > 1:
-            raise ConfigError(
-                "a sweep runs its jobs in one process each: run distributed training with agentrl train"
-            )
+    cfg, failures = _sweep_failures(jobs)
     if failures:
         swept = _swept_keys(jobs)
         listed = "; ".join(
@@ -260,6 +249,45 @@ def check_sweep(jobs: list[list[str]]) -> DictConfig:
         )
     assert cfg is not None
     return cfg
+
+
+def _sweep_failures(jobs: list[list[str]]) -> tuple[DictConfig | None, list[tuple[int, AgentRLError]]]:
+    """`check_job` of each job: the last good job's config and (job number, error) of each failing one."""
+    failures: list[tuple[int, AgentRLError]] = []
+    cfg: DictConfig | None = None
+    for number, job in enumerate(jobs):
+        try:
+            cfg = check_job(job)
+        except AgentRLError as exc:
+            failures.append((number, exc))
+            continue
+        if _processes(cfg) > 1:
+            raise ConfigError(
+                "a sweep runs its jobs in one process each: run distributed training with agentrl train"
+            )
+    return cfg, failures
+
+
+def sweep_plan(task: str, overrides: list[str]) -> tuple[list[str], list[str]]:
+    """`agentrl sweep --dry-run`: (plan lines: the jobs, each by its swept values; one error line per
+    failing job). Composed and checked as `launch` would, nothing run or created."""
+    overrides = list(overrides)
+    if task == "eval":
+        overrides = _eval_overrides(overrides)
+    overrides = [f"task={task}", *preset_for_agent(overrides, CONF_DIR, CONFIG_GROUPS)]
+    jobs = split_sweep(overrides)
+    _, failures = _sweep_failures(jobs)
+    swept = _swept_keys(jobs)
+    where = next((o.split("=", 1)[1] for o in overrides if override_key(o) == "hydra.sweep.dir"), "?")
+    lines = [
+        f"dry run: agentrl sweep, {len(jobs)} {task} jobs (each checked; nothing run, no directory created)"
+    ]
+    lines += [
+        f"  job {n}  {' '.join(o for o in job if override_key(o) in swept) or '(one job)'}"
+        for n, job in enumerate(jobs)
+    ]
+    lines.append(f"  sweep dir  {where}")
+    return lines, [f"job {number}: {exc}" for number, exc in failures]
 
 
 def _swept_keys(jobs: list[list[str]]) -> set[str]:
@@ -761,7 +789,10 @@ def plan_lines(plan: Plan) -> list[str]:
 
 def _scale(plan: Plan) -> str:
     """The dry run's scale line: engine, processes, precision and a rough memory figure per process."""
-    cfg, cuda = plan.cfg, _cuda()
+    cfg = plan.cfg
+    if str(cfg.model.get("backend")) == "openai":
+        return f"the model runs behind {cfg.model.base_url}: no weights load on this machine"
+    cuda = _cuda()
     device = "cuda" if cuda else "cpu"
     params = model_parameters(cfg.model)
     dtype = str(cfg.model.dtype)

@@ -168,8 +168,8 @@ def test_play_refused_without_a_terminal():
     result = runner.invoke(app, ["play", "env=tictactoe"], input="1\n")
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        "error: agent=human needs a person at a terminal, but stdin is not interactive (closed, a pipe or "
-        "a file); run it in a terminal, or pick another agent (agent=planner, agent=random, agent=llm)"
+        "error: agentrl play needs a person at a terminal, but stdin is not interactive (closed, a pipe or "
+        "a file); run it in a terminal, or watch an agent play: agentrl eval env=<env> agent=planner"
     ]
 
 

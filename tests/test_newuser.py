@@ -251,3 +251,111 @@ def test_ctrl_c_during_an_eval_writes_the_finished_episodes(tmp_path, monkeypatc
     assert saved["interrupted"] is True and saved["episodes"] == 3 and saved["episodes_planned"] == 6
     assert len((run / "episodes.jsonl").read_text().splitlines()) == 3
     assert json.loads((run / "status.json").read_text())["status"] == "interrupted"
+
+
+# ---- item 10: help and small things ---------------------------------------------------------------------
+def test_flags_show_no_bool_and_a_value_after_a_flag_is_one_line(tmp_path):
+    import re
+
+    for command in ("eval", "train", "config", "report"):
+        help_text = invoke(command, "--help").output
+        assert "<bool>" not in help_text, help_text
+        assert re.search(r"--(dry-run|show-prompt|describe|help)\s", help_text)
+    result = invoke("eval", "agent=random", "--dry-run", "true")
+    assert result.exit_code == 2
+    assert "'true' is not an override: --dry-run, --show-prompt and --describe are flags" in one_error_line(
+        result
+    )
+
+
+def test_help_examples_use_the_run_directory_format_and_the_root_sweep_names_agents():
+    import re
+
+    for command in ("eval", "train", "report"):
+        for path in re.findall(r"outputs/\S+", invoke(command, "--help").output):
+            assert re.search(r"/\d\d-\d\d-\d\d\.\d{3}-[0-9a-f]{4}", path), path
+    root = invoke("--help").output
+    (sweep,) = [line.strip() for line in root.splitlines() if line.strip().startswith("agentrl sweep")]
+    assert "agent=" in sweep  # an example sweep that does not run the default LLM over and over
+
+
+def test_show_prompt_of_a_classic_agent_says_it_reads_none():
+    result = invoke("config", "agent=planner", "--show-prompt")
+    assert result.exit_code == 0
+    assert "agent=planner reads no prompt" in result.output and "<|im_start|>" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("launcher", "expected"),
+    [
+        ("slrum", "unknown hydra/launcher 'slrum'; valid choices: basic, joblib, slurm,"),
+        ("slurm", "hydra/launcher=slurm submits jobs with sbatch, which this machine does not have"),
+    ],
+)
+def test_a_launcher_that_cannot_run_is_one_line(tmp_path, monkeypatch, launcher, expected):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    result = invoke(
+        "sweep", "agent=random", f"hydra/launcher={launcher}", f"hydra.sweep.dir={tmp_path / 'never'}"
+    )
+    assert result.exit_code == 2
+    assert expected in one_error_line(result)
+    assert not (tmp_path / "never").exists()
+
+
+def test_play_refuses_agent_and_says_what_shows_an_agent_playing():
+    result = invoke("play", "env=snake", "agent=random")
+    assert result.exit_code == 2
+    assert "in agentrl play you are the agent; to watch an agent play: agentrl eval agent=random" in (
+        one_error_line(result)
+    )
+
+
+def test_a_name_with_a_slash_is_refused(tmp_path):
+    result = invoke("eval", "agent=random", "name='a/b'", f"hydra.run.dir={tmp_path / 'never'}")
+    assert result.exit_code == 2
+    assert "name=a/b: names one directory" in one_error_line(result)
+
+
+def test_describe_lists_null_once_and_group_help_matches_the_default():
+    out = invoke("config", "algo=poad", "--describe").output
+    assert "null, bfloat16, float16 or null" not in out
+    assert "groups_per_iteration: int  (default: 4)" in out  # POAD's 4 x 8, not MS-GRPO's 2 x 16
+    assert "32 episodes per batch = 2 x 16" not in out
+
+
+def test_sweep_dry_run_lists_the_jobs_and_every_failing_one(tmp_path):
+    sweep = tmp_path / "sweep"
+    ok = invoke(
+        "sweep", "env=frozenlake,snake", "agent=random,planner", f"hydra.sweep.dir={sweep}", "--dry-run"
+    )
+    assert ok.exit_code == 0, ok.output
+    assert "4 eval jobs" in ok.output and "job 3  env=snake agent=planner" in ok.output
+    bad = invoke(
+        "sweep", "env=frozenlake,datascicoding", "agent=planner", f"hydra.sweep.dir={sweep}", "--dry-run"
+    )
+    assert bad.exit_code == 2
+    assert "error: job 1: unknown env for agent=planner 'datascicoding'" in bad.output
+    assert not sweep.exists() and not (tmp_path / "outputs").exists()
+
+
+def test_sweep_summary_fits_80_columns_and_labels_jobs_by_what_sets_them_apart(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweep"
+    args = [
+        "sweep",
+        "env=frozenlake,tictactoe",
+        "agent=random",
+        "eval.episodes=2,3",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    env = {**os.environ, "COLUMNS": "80", "AGENTRL_NO_PROGRESS": "1"}
+    done = subprocess.run([sys.executable, "-m", "agentrl", *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert rows and max(len(line) for line in rows) <= 80, "\n".join(rows)
+    job_column = "".join(line.split("│")[1].strip() for line in rows if line.startswith("│"))
+    assert "3eval.episodes=3" in job_column, "\n".join(rows)  # job 3, labelled by its swept value
+    assert "frozenlake" in done.stdout and "tictactoe" in done.stdout  # identifying columns not cut

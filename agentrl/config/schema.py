@@ -325,6 +325,11 @@ class AgentRLConfig(Schema):
         None, "train: several processes/GPUs (distributed=<option>, conf/distributed/)"
     )
 
+    def check(self, prefix: str) -> None:
+        # the name ends the run directory's name: a separator would nest it, `..` would leave outputs/
+        if "/" in self.name or "\\" in self.name or self.name in ("", ".", ".."):
+            self.fail(prefix, "name", "names one directory: use no / or \\ (e.g. name=a_b)")
+
 
 # =====================================================================================================
 # env: keys = the env constructor's arguments (agentrl/envs/*.py); docs/envs.md
@@ -748,7 +753,10 @@ class LLMAlgoConfig(Schema):
     )
     group_size: int = setting(16, "episodes per group; a group shares one env seed", ge=1)
     groups_per_iteration: int = setting(
-        2, "B: groups per iteration (32 episodes per batch = 2 x 16)", "code", ge=1
+        2,
+        "B: groups per iteration; episodes per iteration = B x group_size (the MS-GRPO code: 2 x 16)",
+        "code",
+        ge=1,
     )
     min_informative_groups: int = setting(
         1, "roll out more groups while fewer than this many have non-zero return variance", ge=0
