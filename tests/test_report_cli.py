@@ -5,6 +5,7 @@ stay readable with many envs or few metric rows."""
 from __future__ import annotations
 
 import csv
+import os
 import json
 from pathlib import Path
 
@@ -417,3 +418,19 @@ def test_untagged_rate_is_a_column_of_every_table(tmp_path, monkeypatch):
     assert float(rows["rlft / smollm2-135m"]["untagged_rate_mean"]) == 0.5
     assert rows["planner"]["untagged_rate_mean"] == ""
     assert "| tictactoe untagged |" in (tmp_path / "paper" / "paper.md").read_text()
+
+
+def test_a_run_killed_outright_reads_killed_not_running(tmp_path, monkeypatch):
+    from agentrl import rundir
+
+    run = write_run(tmp_path / "runs" / "a", config("eval", "frozenlake", agent="random"), ["agent=random"])
+    rundir.write_status(run, "running", task="eval")
+    # SIGKILL leaves status.json at running and a lock file that no process holds
+    (run / rundir.LOCK_FILE).write_text(f"{os.getpid()} {rundir.host_name()} 2026-01-01T00:00:00\n")
+    output = report(str(tmp_path / "runs"), "--out", str(tmp_path / "out"), width=200, monkeypatch=monkeypatch)
+    rows = csv_rows(tmp_path / "out" / "report.csv")
+    assert [r["status"] for r in rows] == ["killed"]
+    assert "killed" in output and "running" not in tables_part(output).replace("says running", "")
+    with rundir.claim(run, resume=True):  # a live holder: the run is really running
+        report(str(tmp_path / "runs"), "--out", str(tmp_path / "out2"), width=200, monkeypatch=monkeypatch)
+    assert [r["status"] for r in csv_rows(tmp_path / "out2" / "report.csv")] == ["running"]

@@ -16,6 +16,7 @@ import numpy as np
 import yaml
 
 from agentrl.errors import RunDirError
+from agentrl.rundir import effective_status
 
 log = logging.getLogger(__name__)
 
@@ -95,15 +96,16 @@ ENV_METRIC_RENAMES = {
     "mean_illegal_move": "illegal_move_rate",
 }
 
-COMPLETE, RUNNING, FAILED, INTERRUPTED, INCOMPLETE, CORRUPT = (
+COMPLETE, RUNNING, FAILED, INTERRUPTED, KILLED, INCOMPLETE, CORRUPT = (
     "complete",
     "running",
     "failed",
     "interrupted",
+    "killed",
     "incomplete",
     "corrupt",
 )
-STATUSES = (COMPLETE, FAILED, INTERRUPTED, RUNNING, INCOMPLETE, CORRUPT)
+STATUSES = (COMPLETE, FAILED, INTERRUPTED, KILLED, RUNNING, INCOMPLETE, CORRUPT)
 _STATUS_FILE_VALUES = frozenset({COMPLETE, RUNNING, FAILED, INTERRUPTED})
 
 RUN_COLUMNS = [
@@ -390,6 +392,9 @@ def load_run(run_dir: Path) -> RunRecord:
     record.curve, bad_lines = _load_metrics(run_dir / "metrics.jsonl")
     notes: list[str] = []
     said, reason, status_note = _load_status(run_dir / "status.json")
+    if said == RUNNING and effective_status(run_dir) == KILLED:
+        # SIGKILL or a power cut leaves "running" behind; no process holds the run's lock any more
+        said, reason = KILLED, "killed: status.json says running, but no process holds the run's .lock"
     notes += [status_note] if status_note else []
 
     eval_path, eval_ok = run_dir / "eval.json", False
@@ -403,7 +408,7 @@ def load_run(run_dir: Path) -> RunRecord:
             record.status = CORRUPT
             notes.append(f"eval.json: {_short(exc)}")
 
-    if said in (FAILED, INTERRUPTED, RUNNING):  # what the runner recorded wins over any eval.json
+    if said in (FAILED, INTERRUPTED, KILLED, RUNNING):  # what the runner recorded wins over any eval.json
         record.status = said
         notes.insert(0, reason or f"status.json: {said}")
     elif eval_ok:

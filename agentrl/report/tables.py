@@ -15,6 +15,7 @@ from agentrl.report.runs import (
     FAILED,
     INCOMPLETE,
     INTERRUPTED,
+    KILLED,
     RUNNING,
     STATUSES,
     GroupSummary,
@@ -298,7 +299,7 @@ def print_report(report: Report, console: Any) -> None:
         table.add_column("run", overflow="fold", ratio=1, min_width=12)
         table.add_column("status", no_wrap=True)
         table.add_column("reason", overflow="fold", ratio=1, min_width=12)
-        styles = {FAILED: "red", INTERRUPTED: "yellow", RUNNING: "cyan", INCOMPLETE: "yellow", CORRUPT: "red"}
+        styles = {FAILED: "red", INTERRUPTED: "yellow", KILLED: "red", RUNNING: "cyan", INCOMPLETE: "yellow", CORRUPT: "red"}
         for r in others:
             table.add_row(escape(r.label), r.status, escape(r.error), style=styles.get(r.status, ""))
         console.print(table)
