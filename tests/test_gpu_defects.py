@@ -270,3 +270,150 @@ def test_an_empty_iteration_under_deepspeed_steps_with_a_learning_rate_of_zero(m
         trainer._empty_iteration = empty
         trainer.training_step(torch.nn.Linear(1, 1), {"completion_ids": None})
     assert seen == [0.0, 1e-3] and optimizer.param_groups[0]["lr"] == 1e-3
+
+
+#: what `accelerate launch --config_file <trl>/accelerate_configs/fsdp2.yaml` sets (mixed precision off:
+#: the CPU run is fp32)
+FSDP2_ENV = {
+    "ACCELERATE_USE_FSDP": "true",
+    "FSDP_VERSION": "2",
+    "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP",
+    "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT",
+    "FSDP_RESHARD_AFTER_FORWARD": "true",
+    "FSDP_CPU_RAM_EFFICIENT_LOADING": "true",
+    "FSDP_OFFLOAD_PARAMS": "false",
+    "ACCELERATE_MIXED_PRECISION": "no",
+}
+FSDP2_RUN = [
+    "distributed=fsdp2",
+    "distributed.num_processes=2",
+    "model=tiny-random",
+    "env=frozenlake",
+    "algo.checkpoint_every=1",
+    "algo.groups_per_iteration=1",
+    "algo.group_size=2",
+    "eval.episodes=2",
+    "algo.torch_threads=1",
+    "agent.prefill='<action>'",
+    "agent.sampling.max_new_tokens=4",
+    "agent.invalid_rule=random",
+]
+
+
+def _fsdp2_train(run: Path, *overrides: str, dump: Path | None = None) -> None:
+    """A new run in `run` with `overrides`, or with `dump` a resume of it (its saved overrides hold
+    the rest) that writes the optimizer state it loaded to `dump`."""
+    env = {**_env(), **FSDP2_ENV, **({"DUMP_LOADED_OPTIMIZER": str(dump)} if dump else {})}
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    where = [f"resume={run}"] if dump else [*FSDP2_RUN, f"hydra.run.dir={run}"]
+    cmd = [*launch, str(WORKERS / "fsdp_cpu.py"), "train", *where, *overrides]
+    done = subprocess.run(cmd, env=env, cwd=ROOT, timeout=900, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.slow  # two runs of two processes each (~2-3 min per case on 2 CPU cores)
+@pytest.mark.parametrize(
+    "overrides",
+    [["algo=msgrpo"], ["algo=poad", "model.lora.r=4"], ["algo=msgrpo", "algo.max_batch_tokens=40"]],
+    ids=["msgrpo", "poad-lora", "max_batch_tokens"],
+)
+def test_fsdp2_trains_checkpoints_and_resumes_on_two_cpu_processes(tmp_path, overrides):
+    """Deliverable 2: `agentrl train distributed=fsdp2` as two gloo processes through accelerate's FSDP2
+    path (tests/workers/fsdp_cpu.py says what differs from `accelerate launch` on GPUs): the eval
+    before, 2 iterations, a checkpoint with FSDP's files, resume with Adam's moments restored exactly,
+    the eval after."""
+    from agentrl.trainers.multistep import HEAD_OPTIMIZER_FILE
+    from tests.helpers import logged_iterations
+
+    run = tmp_path / "run"
+    _fsdp2_train(run, *overrides, "algo.iterations=2")
+    checkpoint = run / "checkpoint-1"
+    files = {p.name for p in checkpoint.iterdir()}
+    assert {"optimizer.bin", "scheduler.pt", "rng_state_0.pth", "rng_state_1.pth"} <= files
+    assert (run / "eval_before.json").is_file() and (run / "eval.json").is_file()
+    if "algo=poad" in overrides:
+        assert {"value_head.pt", HEAD_OPTIMIZER_FILE} <= files
+    dump = tmp_path / "loaded.pt"
+    _fsdp2_train(run, "algo.iterations=3", dump=dump)
+    assert logged_iterations(run) == [1, 2, 3]
+    saved = torch.load(checkpoint / "optimizer.bin", weights_only=False)["state"]
+    loaded = torch.load(dump, weights_only=False)["optimizer"]["state"]
+    assert saved.keys() == loaded.keys() and saved
+    for name, moments in saved.items():
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(loaded[name][key], moments[key])
+    assert any(float(m["exp_avg"].abs().sum()) > 0 for m in saved.values())
+
+
+#: what `accelerate launch` derives from TRL's zero3.yaml (mixed precision off: the CPU run is fp32)
+ZERO3_ENV = {
+    "DS_ACCELERATOR": "cpu",
+    "ACCELERATE_USE_DEEPSPEED": "true",
+    "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+    "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "none",
+    "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE": "none",
+    "ACCELERATE_DEEPSPEED_ZERO3_INIT": "true",
+    "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "true",
+    "ACCELERATE_MIXED_PRECISION": "no",
+}
+
+
+def _zero3_train(run: Path, *overrides: str, dump: Path | None = None) -> None:
+    """`_fsdp2_train` under DeepSpeed ZeRO-3 (tests/workers/zero3_cpu.py)."""
+    env = {**_env(), **ZERO3_ENV, **({"DUMP_LOADED_OPTIMIZER": str(dump)} if dump else {})}
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    common = [o.replace("fsdp2", "zero3") for o in FSDP2_RUN]
+    where = [f"resume={run}"] if dump else [*common, f"hydra.run.dir={run}"]
+    cmd = [*launch, str(WORKERS / "zero3_cpu.py"), "train", *where, *overrides]
+    done = subprocess.run(cmd, env=env, cwd=ROOT, timeout=900, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.slow  # two runs of two processes each; needs deepspeed (docs/distributed.md#status)
+@pytest.mark.parametrize(
+    "overrides", [["algo=msgrpo"], ["algo=poad", "model.lora.r=4"]], ids=["msgrpo", "poad-lora"]
+)
+def test_zero3_trains_checkpoints_and_resumes_on_two_cpu_processes(tmp_path, overrides):
+    """Deliverable 2 under DeepSpeed ZeRO-3 with its CPU accelerator: the eval before, 2 iterations, a
+    checkpoint with DeepSpeed's partitions (`global_step1/`), resume with each process's Adam moments
+    restored exactly, the eval after."""
+    pytest.importorskip("deepspeed")
+    from tests.helpers import logged_iterations
+
+    run = tmp_path / "run"
+    _zero3_train(run, *overrides, "algo.iterations=2")
+    checkpoint = run / "checkpoint-1"
+    assert (run / "eval_before.json").is_file() and (run / "eval.json").is_file()
+    dump = tmp_path / "loaded"
+    _zero3_train(run, "algo.iterations=3", dump=dump)
+    assert logged_iterations(run) == [1, 2, 3]
+    for rank in (0, 1):
+        file = checkpoint / "global_step1" / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
+        saved = torch.load(file, weights_only=False)["optimizer_state_dict"]["optimizer_state_dict"]["state"]
+        loaded = torch.load(f"{dump}.{rank}", weights_only=False)["state"]
+        assert saved.keys() == loaded.keys() and saved
+        for key, moments in saved.items():
+            for name in ("exp_avg", "exp_avg_sq"):
+                assert torch.equal(loaded[key][name], moments[name])
+
+
+@pytest.mark.slow  # needs deepspeed; two processes, ~1 min
+def test_an_empty_iteration_moves_no_weight_under_deepspeed(tmp_path):
+    """B1 with DeepSpeed itself (ZeRO-2, CPU accelerator): after an iteration with rows, an iteration
+    with none leaves every weight as it was (without the zero learning rate Adam's momentum moves them:
+    the checksum went 777.28 -> 1042.26)."""
+    pytest.importorskip("deepspeed")
+    out = tmp_path / "sums.json"
+    env = {**_env(), **ZERO3_ENV, "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"}
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    done = subprocess.run(
+        [*launch, str(WORKERS / "deepspeed_empty.py"), str(out)],
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["deepspeed"] and result["sums"][1] == result["sums"][0]

@@ -173,14 +173,16 @@ class Critic:
 
     # -- persistence ----------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
-        torch.save(self.head.state_dict(), Path(directory) / VALUE_HEAD_FILE)
+        # on the CPU: the file loads on any device (a process's own, e.g. cuda:3, is not another's)
+        state = {key: value.cpu() for key, value in self.head.state_dict().items()}
+        torch.save(state, Path(directory) / VALUE_HEAD_FILE)
 
     def load(self, directory: str | Path) -> bool:
         """Load the head from a checkpoint directory; False when it has none."""
         path = Path(directory) / VALUE_HEAD_FILE
         if not path.is_file():
             return False
-        self.head.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
+        self.head.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         return True
 
 

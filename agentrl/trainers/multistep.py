@@ -910,7 +910,8 @@ class MultiStepTrainer(GRPOTrainer):
             return
         path = Path(checkpoint, HEAD_OPTIMIZER_FILE)
         if path.is_file():
-            state = torch.load(path, map_location=self.actor_critic.critic.device, weights_only=True)
+            # saved from process 0's device: loaded on the CPU, the optimizer moves it to the head's
+            state = torch.load(path, map_location="cpu", weights_only=True)
             self.head_optimizer.load_state_dict(state["optimizer"])
             self.head_scheduler.load_state_dict(state["scheduler"])
             return
