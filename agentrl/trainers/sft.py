@@ -35,7 +35,7 @@ from agentrl.types import Decision, Episode, Generation, StepContext, TrainResul
 log = logging.getLogger(__name__)
 
 #: demonstration rows whose answer log-likelihood is measured before and after training (eval.json)
-NLL_ROWS = 16
+NLL_ROWS = 8
 
 
 def check_sft(cfg: DictConfig) -> None:
@@ -132,7 +132,8 @@ def demonstration_rows(episodes: list[Episode]) -> list[dict[str, list[int]]]:
 
 
 def answer_nll(model: Any, rows: list[dict[str, list[int]]]) -> float:
-    """Mean negative log-likelihood per completion token of `rows` under `model` (no gradient)."""
+    """Mean negative log-likelihood per completion token of `rows` under `model` (no gradient). The
+    completion ends each row, so only the logits of its last positions are computed."""
     import torch
 
     device = next(model.parameters()).device
@@ -142,11 +143,11 @@ def answer_nll(model: Any, rows: list[dict[str, list[int]]]) -> float:
     with torch.no_grad():
         for row in rows:
             ids = torch.tensor([row["input_ids"]], device=device)
-            mask = torch.tensor(row["completion_mask"][1:], device=device, dtype=torch.bool)
-            logps = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
-            picked = logps.gather(1, ids[0, 1:, None])[:, 0]
-            total -= float(picked[mask].sum())
-            count += int(mask.sum())
+            n = sum(row["completion_mask"])
+            logits = model(ids, logits_to_keep=n + 1).logits[0, :-1].float()  # predict the n answer tokens
+            picked = torch.log_softmax(logits, -1).gather(1, ids[0, -n:, None])
+            total -= float(picked.sum())
+            count += n
     model.train(was_training)
     return total / max(count, 1)
 
