@@ -141,9 +141,11 @@ def check_job(overrides: list[str], problems: list[AgentRLError] | None = None) 
         machine(check_deepspeed, cfg)
     if _uses_llm(cfg):
         machine(check_backend, cfg)
-    from agentrl.trainers.sft import check_train
+    init_source(cfg)  # a run that is not there, or trained another model: one line, no run directory
+    if cfg.task == "train" and cfg.algo.name == "sft":
+        from agentrl.trainers.sft import check_sft
 
-    check_train(cfg)  # init_from (any task) and algo=sft's demonstrations: before a run directory exists
+        check_sft(cfg)  # an env the demonstrator cannot play
     return cfg
 
 
@@ -345,6 +347,54 @@ def trained_model(value: str | Path, what: str = "cannot evaluate from_run") -> 
             where = given.name if given is not None else "final/ nor a checkpoint-N/"
             raise RunDirError(f"{what} {value}: no trained model there (neither {where} with a model)")
     return TrainedModel(run, model, model.relative_to(root).as_posix())
+
+
+def init_source(cfg: DictConfig) -> TrainedModel | None:
+    """What `init_from=<value>` names (a training run: its final/, else its newest checkpoint, or a final/
+    or checkpoint-N inside one), checked: an LLM training run of the same base model (`model.name` and
+    `model.name_or_path` in its .hydra config). None without init_from. Raises one-line errors."""
+    value = cfg.get("init_from")
+    if value is None:
+        return None
+    if cfg.task != "train":
+        raise ConfigError(
+            f"init_from={value}: is for train; to evaluate a trained run use from_run=<run dir>"
+        )
+    if cfg.algo.name == "dqn":
+        raise ConfigError(f"init_from={value}: algo=dqn does not train a language model")
+    what = "cannot init_from"
+    trained = trained_model(value, what=what)
+    if trained.run.algo == "dqn":
+        raise RunDirError(f"{what} {value}: it trained algo=dqn, not a language model")
+    theirs, ours = (
+        tuple(str(m.get(k)) for k in ("name", "name_or_path")) for m in (trained.run.config.model, cfg.model)
+    )
+    if theirs != ours:
+        raise ConfigError(
+            f"{what} {value}: it trained model {theirs[0]} ({theirs[1]}), this run's model is {ours[0]} "
+            f"({ours[1]}); pass model={theirs[0]} or init_from a run of the same model"
+        )
+    return trained
+
+
+def with_init_weights(cfg: DictConfig) -> DictConfig:
+    """`cfg` loading the model from `init_from`'s weights (a copy: the run's saved config keeps the base
+    model and init_from, so a chain of runs always compares against one base model)."""
+    trained = init_source(cfg)
+    if trained is None:
+        return cfg
+    log.info("init_from: %s of %s (trained %s)", trained.checkpoint, trained.run.root, trained.run.algo)
+    return OmegaConf.merge(cfg, {"model": {"name_or_path": str(trained.path)}})
+
+
+def init_plan_line(cfg: DictConfig) -> list[str]:
+    """The dry run's init_from line (none without it)."""
+    trained = init_source(cfg)
+    if trained is None:
+        return []
+    return [
+        f"  init_from  {trained.run.root} ({trained.checkpoint}; trained {trained.run.algo}): {trained.path}"
+    ]
 
 
 def plays_trained_model(cfg: DictConfig, trained: TrainedModel) -> bool:
@@ -767,9 +817,7 @@ def plan_lines(plan: Plan) -> list[str]:
     lines.append(
         f"  eval   {cfg.eval.episodes} episodes on held-out seeds {seeds[0]}..{seeds[-1]}; seed {cfg.seed}"
     )
-    from agentrl.trainers.init_from import plan_line
-
-    lines += plan_line(cfg)
+    lines += init_plan_line(cfg)
     if cfg.get("from_run") is not None:
         trained = trained_model(cfg.from_run)
         on = OmegaConf.select(trained.run.config, "env.name")
@@ -1082,8 +1130,6 @@ def run_train(cfg: DictConfig, run_dir: Path, resume: bool | None = None) -> dic
 
     module, _, fn = TRAINERS[cfg.algo.name].partition(":")
     train = getattr(importlib.import_module(module), fn)
-    from agentrl.trainers.init_from import with_init_weights
-
     if resume is None:
         resume = cfg.get("resume") is not None
     result = train(with_init_weights(cfg), run_dir, resume=resume)

@@ -478,8 +478,9 @@ def resolve_interface(
 ) -> ResolvedInterface:
     """Resolve `prefill: auto` for an env whose actions are `action_names`: `AUTO_PREFILL` and one-token
     answers when every action name is one token after it, else free text without a prefill. An explicit
-    prefill, an explicit max_new_tokens other than 1, chain-of-thought or no tokenizer to check with (an openai model without `model.tokenizer`)
-    all mean the configured settings are used as they are (auto -> no prefill)."""
+    prefill, an explicit max_new_tokens other than 1, chain-of-thought or no tokenizer to check with (an
+    openai model without `model.tokenizer`) all mean the configured settings are used as they are (auto ->
+    no prefill). The one-token answer needs no tag: the strict parser takes it as the asked format."""
     prefill = agent_cfg.get("prefill")
     sampling_cfg = agent_cfg.get("sampling")
     max_new = sampling_cfg.get("max_new_tokens") if sampling_cfg is not None else None

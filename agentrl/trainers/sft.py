@@ -14,7 +14,7 @@
     run             as every training run: eval before/after on the held-out seeds (eval.json),
                     metrics.jsonl (TRL's loss, token accuracy, ...), `final/`
 
-`check_train` (the pre-launch checks of `init_from` and of algo=sft) imports neither torch nor TRL.
+`check_sft` (the pre-launch checks) imports neither torch nor TRL; `init_from=` is the runner's (run.py).
 """
 
 from __future__ import annotations
@@ -35,16 +35,11 @@ from agentrl.types import Decision, Episode, Generation, StepContext, TrainResul
 log = logging.getLogger(__name__)
 
 #: demonstration rows whose answer log-likelihood is measured before and after training (eval.json)
-NLL_ROWS = 64
+NLL_ROWS = 8
 
 
-def check_train(cfg: DictConfig) -> None:
-    """Pre-launch checks: `init_from` (any task), and for algo=sft an env the demonstrator can play."""
-    from agentrl.trainers.init_from import init_source
-
-    init_source(cfg)
-    if cfg.task != "train" or cfg.algo.name != "sft":
-        return
+def check_sft(cfg: DictConfig) -> None:
+    """Pre-launch checks of algo=sft: an env with action names, and one the planner plays."""
     from agentrl.agents.llm import env_free_text
 
     if env_free_text(cfg):
@@ -63,8 +58,9 @@ def teacher(cfg: DictConfig) -> Agent:
         return RandomAgent()
     from agentrl.config.schema import PlannerAgentConfig
 
-    options = {f.name: f.default for f in dataclasses.fields(PlannerAgentConfig)}
-    options.pop("name"), options.pop("explore")
+    # the planner's own defaults (agent=planner's ucb_c, linucb_alpha), as `agentrl eval agent=planner` plays
+    fields = dataclasses.fields(PlannerAgentConfig)
+    options = {f.name: f.default for f in fields if f.name not in ("name", "explore")}
     return PlannerAgent(cfg.env.name, **options)
 
 
@@ -76,10 +72,8 @@ class Demonstrator(Agent):
 
     def __init__(self, teacher: Agent, interface: Any, tokenizer: Any):
         self.teacher, self.interface, self.tokenizer = teacher, interface, tokenizer
-        tag_end = f"</{interface.answer_tag}>"
-        eos = tokenizer.eos_token_id
-        self._end = [eos] if eos is not None else []
-        self._tag_end = tag_end
+        self._tag_end = f"</{interface.answer_tag}>"
+        self._end = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
 
     def act(self, contexts: list[StepContext]) -> list[Decision]:
         from agentrl.agents.llm import demonstration_answer
@@ -138,7 +132,8 @@ def demonstration_rows(episodes: list[Episode]) -> list[dict[str, list[int]]]:
 
 
 def answer_nll(model: Any, rows: list[dict[str, list[int]]]) -> float:
-    """Mean negative log-likelihood per completion token of `rows` under `model` (no gradient)."""
+    """Mean negative log-likelihood per completion token of `rows` under `model` (no gradient). The
+    completion ends each row, so only the logits of its last positions are computed."""
     import torch
 
     device = next(model.parameters()).device
@@ -148,11 +143,11 @@ def answer_nll(model: Any, rows: list[dict[str, list[int]]]) -> float:
     with torch.no_grad():
         for row in rows:
             ids = torch.tensor([row["input_ids"]], device=device)
-            mask = torch.tensor(row["completion_mask"][1:], device=device, dtype=torch.bool)
-            logps = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
-            picked = logps.gather(1, ids[0, 1:, None])[:, 0]
-            total -= float(picked[mask].sum())
-            count += int(mask.sum())
+            n = sum(row["completion_mask"])
+            logits = model(ids, logits_to_keep=n + 1).logits[0, :-1].float()  # predict the n answer tokens
+            picked = torch.log_softmax(logits, -1).gather(1, ids[0, -n:, None])
+            total -= float(picked.sum())
+            count += n
     model.train(was_training)
     return total / max(count, 1)
 
@@ -325,7 +320,7 @@ def _metrics_rows(metrics_log: Any, bar: Any) -> Any:
 __all__ = [
     "Demonstrator",
     "answer_nll",
-    "check_train",
+    "check_sft",
     "demonstration_rows",
     "demonstration_seeds",
     "demonstrations",
