@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from agentrl.config import refuse_under_deepspeed
+
 #: environment variable the relaunching parent sets: the run directory it has locked for its children
 LOCKED_RUN_DIR = "AGENTRL_LOCKED_RUN_DIR"
 
@@ -248,25 +250,6 @@ def launcher_command(dcfg: Any, args: list[str], *, cuda: bool, mixed_precision:
     if dcfg.main_process_port:
         cmd += ["--main_process_port", str(dcfg.main_process_port)]
     return [*cmd, *module]
-
-
-def refuse_under_deepspeed(max_batch_tokens: int | None, ppo_epochs: int) -> None:
-    """Settings whose optimizer-step logic runs after DeepSpeed's engine has already stepped (it steps
-    inside the backward of every pass that synchronises gradients, and `no_sync` does nothing at
-    ZeRO >= 2): refused, with the setting named."""
-    from agentrl.errors import ConfigError
-
-    if max_batch_tokens:
-        raise ConfigError(
-            f"algo.max_batch_tokens={max_batch_tokens}: DeepSpeed (distributed=zero2/zero3) steps the "
-            "optimizer after every pass of a split micro-batch; set algo.max_batch_tokens=null "
-            "(algo.gradient_checkpointing=true saves memory instead)"
-        )
-    if ppo_epochs > 1:
-        raise ConfigError(
-            f"algo.ppo_epochs={ppo_epochs}: DeepSpeed (distributed=zero2/zero3) steps inside each "
-            "backward, before the epochs' KL gate can act; set algo.ppo_epochs=1 or use distributed=fsdp2"
-        )
 
 
 def sharded(accelerator: Any) -> bool:

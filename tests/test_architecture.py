@@ -16,6 +16,7 @@ RANKS = {
     "agentrl.console": 0,
     "agentrl.runlog": 0,
     "agentrl.config": 0,
+    "agentrl.rundir": 0,  # run directories, locks, status.json: read by the runner and by report
     "agentrl.envs": 1,
     "agentrl.models": 2,
     "agentrl.agents": 2,
@@ -24,7 +25,6 @@ RANKS = {
     "agentrl.algos": 4,
     "agentrl.trainers": 5,
     "agentrl.report": 5,
-    "agentrl.rundir": 6,
     "agentrl.run": 6,
     "agentrl.cli": 7,
     "agentrl.__main__": 8,

@@ -67,7 +67,8 @@ def test_short_run_writes_eval_checkpoints_and_resumes(tmp_path):
     assert saved["total_timesteps"] == 2000 and saved["algo"] == "dqn" and saved["env"] == "frozenlake"
     assert saved["episodes"] == 10 and saved["success_rate"] == metrics["success_rate"]
     assert (
-        set(result.extra) == {"total_timesteps", "train_time_s", "before"} and result.extra["total_timesteps"] == 2000
+        set(result.extra) == {"total_timesteps", "train_time_s", "before"}
+        and result.extra["total_timesteps"] == 2000
     )
     assert len(result.episodes) == 10
     assert not list(run_dir.glob(".tmp-*"))  # every atomic write was renamed into place

@@ -567,7 +567,10 @@ def test_failed_and_interrupted_runs_are_separated(tmp_path):
     _msgrpo_run(tmp_path / "live", 4, [], with_eval=False, status={"status": "running"})
     _msgrpo_run(tmp_path / "done", 5, [], final=0.9, status={"status": "complete"})
     console = Console(record=True, width=80)
-    report = build_report([tmp_path], out_dir=tmp_path / "rep", console=console)
+    from agentrl import rundir
+
+    with rundir.claim(tmp_path / "live", resume=True):  # a live process holds the running run's lock
+        report = build_report([tmp_path], out_dir=tmp_path / "rep", console=console)
 
     statuses = {r.path.name: r.status for r in report.runs}
     assert statuses == {

@@ -5,8 +5,8 @@ stay readable with many envs or few metric rows."""
 from __future__ import annotations
 
 import csv
-import os
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -427,7 +427,9 @@ def test_a_run_killed_outright_reads_killed_not_running(tmp_path, monkeypatch):
     rundir.write_status(run, "running", task="eval")
     # SIGKILL leaves status.json at running and a lock file that no process holds
     (run / rundir.LOCK_FILE).write_text(f"{os.getpid()} {rundir.host_name()} 2026-01-01T00:00:00\n")
-    output = report(str(tmp_path / "runs"), "--out", str(tmp_path / "out"), width=200, monkeypatch=monkeypatch)
+    output = report(
+        str(tmp_path / "runs"), "--out", str(tmp_path / "out"), width=200, monkeypatch=monkeypatch
+    )
     rows = csv_rows(tmp_path / "out" / "report.csv")
     assert [r["status"] for r in rows] == ["killed"]
     assert "killed" in output and "running" not in tables_part(output).replace("says running", "")

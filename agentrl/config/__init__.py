@@ -112,6 +112,23 @@ def _check_bool_overrides(cfg: DictConfig, overrides: list[str]) -> None:
             raise ConfigError(f"{key}={show(override.value())}: expected a boolean (true or false)")
 
 
+def refuse_under_deepspeed(max_batch_tokens: int | None, ppo_epochs: int) -> None:
+    """Settings whose optimizer-step logic runs after DeepSpeed's engine has already stepped (it steps
+    inside the backward of every pass that synchronises gradients, and `no_sync` does nothing at
+    ZeRO >= 2): refused, with the setting named."""
+    if max_batch_tokens:
+        raise ConfigError(
+            f"algo.max_batch_tokens={max_batch_tokens}: DeepSpeed (distributed=zero2/zero3) steps the "
+            "optimizer after every pass of a split micro-batch; set algo.max_batch_tokens=null "
+            "(algo.gradient_checkpointing=true saves memory instead)"
+        )
+    if ppo_epochs > 1:
+        raise ConfigError(
+            f"algo.ppo_epochs={ppo_epochs}: DeepSpeed (distributed=zero2/zero3) steps inside each "
+            "backward, before the epochs' KL gate can act; set algo.ppo_epochs=1 or use distributed=fsdp2"
+        )
+
+
 def validate(cfg: DictConfig) -> AgentRLConfig:
     """Build the root dataclass and each group's (their `__post_init__` checks ranges and choices), then
     the rules that span groups. Returns the typed root."""
@@ -145,8 +162,6 @@ def validate(cfg: DictConfig) -> AgentRLConfig:
                 f"distributed={engine} (every forward a collective) cannot train; use distributed=ddp/zero2"
             )
         if engine in ("zero2", "zero3"):
-            from agentrl.distributed import refuse_under_deepspeed
-
             budget = getattr(algo, "max_batch_tokens", None)
             refuse_under_deepspeed(
                 budget if isinstance(budget, int) else None, getattr(algo, "ppo_epochs", 1)
@@ -376,6 +391,7 @@ def split_sweep(overrides: list[str]) -> list[list[str]]:
 
 
 __all__ = [
+    "refuse_under_deepspeed",
     "CONFIG_GROUPS",
     "CONF_DIR",
     "TYPED_GROUPS",

@@ -206,7 +206,7 @@ def _env_metric_section(groups: Sequence[GroupSummary]) -> list[str]:
 
 def render_markdown(report: Report) -> str:
     complete = [r for r in report.runs if r.status == COMPLETE]
-    stopped = [r for r in report.runs if r.status in (FAILED, INTERRUPTED)]
+    stopped = [r for r in report.runs if r.status in (FAILED, INTERRUPTED, KILLED)]
     unfinished = [r for r in report.runs if r.status in (RUNNING, INCOMPLETE, CORRUPT)]
     parts = [
         "# agentrl report",
@@ -299,7 +299,14 @@ def print_report(report: Report, console: Any) -> None:
         table.add_column("run", overflow="fold", ratio=1, min_width=12)
         table.add_column("status", no_wrap=True)
         table.add_column("reason", overflow="fold", ratio=1, min_width=12)
-        styles = {FAILED: "red", INTERRUPTED: "yellow", KILLED: "red", RUNNING: "cyan", INCOMPLETE: "yellow", CORRUPT: "red"}
+        styles = {
+            FAILED: "red",
+            INTERRUPTED: "yellow",
+            KILLED: "red",
+            RUNNING: "cyan",
+            INCOMPLETE: "yellow",
+            CORRUPT: "red",
+        }
         for r in others:
             table.add_row(escape(r.label), r.status, escape(r.error), style=styles.get(r.status, ""))
         console.print(table)
