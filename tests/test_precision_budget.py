@@ -68,6 +68,7 @@ def test_auto_is_the_default_and_other_values_are_refused():
 
 
 @pytest.mark.slow  # two RLFT iterations of the tiny model with rationales: ~10+ minutes on 2 cores
+@pytest.mark.timeout(3600)
 def test_the_rlft_command_without_a_budget_stays_under_6_gb(tmp_path):
     """Issue 23's command, which swung between 7 and 17 GB RSS without a token budget: peak RSS of the
     training process (evaluation cut to one episode, after training only)."""
