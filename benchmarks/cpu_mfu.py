@@ -129,7 +129,12 @@ class FlopCounter:
         padding) runs it again, unless it came from a KV cache."""
         start, system, end = self.chat_ids
         rows = ids.tolist()
-        masks = mask.tolist() if mask is not None and mask.dim() == 2 else [[1] * len(r) for r in rows]
+        queries = ids.shape[1]  # a mask may also cover cached positions: its last columns are these
+        masks = (
+            mask[:, -queries:].tolist()
+            if mask is not None and mask.dim() == 2
+            else [[1] * len(r) for r in rows]
+        )
         for row, keep in zip(rows, masks, strict=True):
             real = [t for t, m in zip(row, keep, strict=True) if m]
             if len(real) > 2 and real[0] == start and real[1] == system and end in real:
