@@ -198,12 +198,18 @@ def phases(counter: FlopCounter, clock: dict[str, float]):
         counter.detach()
 
 
+# presets that name no algorithm, with the one their documented command trains (docs/presets.md)
+PRESET_ALGOS = {"kitchen_learn": "poad"}
+
+
 def preset_config(preset: str, threads: int, extra: list[str]) -> Any:
     from agentrl.config import compose_config
 
+    algo = [f"algo={PRESET_ALGOS[preset]}"] if preset in PRESET_ALGOS else []
     return compose_config(
         [
             "task=train",
+            *algo,
             f"experiment={preset}",
             "algo.iterations=1",
             "algo.eval_before=false",
