@@ -9,6 +9,8 @@
      positions included, as SDPA computes them); a forward with gradients costs twice its FLOPs again in
      the backward (4N per token);
    - tokens run (padding included) and real tokens (attention mask), so padding is visible;
+   - how many times the system message (the env's instructions, the same head of every prompt) runs:
+     its tokens in every forward row that does not take it from a KV cache;
    - wall and CPU seconds and MFU for the rollout (generation) and the update (old/reference log-probs,
      forward, backward, optimizer) separately; MFU = FLOPs / CPU seconds / peak FLOP/s per CPU-second of
      the precision that ran (CPU time: on a shared machine wall time counts the other processes' turns);
@@ -76,11 +78,18 @@ class FlopCounter:
         self.tokens: dict[str, int] = defaultdict(int)
         self.real_tokens: dict[str, int] = defaultdict(int)
         self.handles: list[Any] = []
+        # the system message (the env's instructions) at the head of a prompt: how often it runs
+        self.system_tokens: dict[str, int] = defaultdict(int)
+        self.system_length = 0
+        self.chat_ids: tuple[int, int, int] | None = None  # <|im_start|>, "system", <|im_end|>
 
     def _add(self, flops: float) -> None:
         self.flops[self.phase] += flops * (3 if torch.is_grad_enabled() else 1)
 
-    def attach(self, model: Any) -> None:
+    def attach(self, model: Any, tokenizer: Any = None) -> None:
+        if tokenizer is not None and "<|im_start|>" in tokenizer.get_vocab():
+            ids = tokenizer.convert_tokens_to_ids(["<|im_start|>", "system", "<|im_end|>"])
+            self.chat_ids = tuple(ids)
         config = model.config.get_text_config()
         self.width, self.layers = config.hidden_size, config.num_hidden_layers
         for module in model.modules():
@@ -112,6 +121,26 @@ class FlopCounter:
             int(mask[:, -queries:].sum()) if mask is not None and mask.dim() == 2 else ids.numel()
         )
         self._add(4 * batch * queries * (past + queries) * self.width * self.layers)
+        if past == 0 and self.chat_ids is not None:
+            self._count_system(ids, mask)
+
+    def _count_system(self, ids: Any, mask: Any) -> None:
+        """Tokens of system messages run in this forward: every row that starts with one (after its left
+        padding) runs it again, unless it came from a KV cache."""
+        start, system, end = self.chat_ids
+        rows = ids.tolist()
+        queries = ids.shape[1]  # a mask may also cover cached positions: its last columns are these
+        masks = (
+            mask[:, -queries:].tolist()
+            if mask is not None and mask.dim() == 2
+            else [[1] * len(r) for r in rows]
+        )
+        for row, keep in zip(rows, masks, strict=True):
+            real = [t for t, m in zip(row, keep, strict=True) if m]
+            if len(real) > 2 and real[0] == start and real[1] == system and end in real:
+                length = real.index(end) + 1
+                self.system_tokens[self.phase] += length
+                self.system_length = max(self.system_length, length)
 
 
 @contextlib.contextmanager
@@ -147,11 +176,11 @@ def phases(counter: FlopCounter, clock: dict[str, float]):
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         originals["init"](self, *args, **kwargs)
-        counter.attach(self.model)
+        counter.attach(self.model, self.processing_class)
 
     def copy_init(self: Any, *args: Any, **kwargs: Any) -> None:  # algo.rollout_dtype: its own model
         originals["copy"](self, *args, **kwargs)
-        counter.attach(self.model)
+        counter.attach(self.model, self.tokenizer)
 
     multistep.collect_groups = timed("rollout", "rollout", originals["collect"])
     evaluation.evaluate = timed("eval", "eval", originals["evaluate"])
@@ -169,12 +198,18 @@ def phases(counter: FlopCounter, clock: dict[str, float]):
         counter.detach()
 
 
+# presets that name no algorithm, with the one their documented command trains (docs/presets.md)
+PRESET_ALGOS = {"kitchen_learn": "poad"}
+
+
 def preset_config(preset: str, threads: int, extra: list[str]) -> Any:
     from agentrl.config import compose_config
 
+    algo = [f"algo={PRESET_ALGOS[preset]}"] if preset in PRESET_ALGOS else []
     return compose_config(
         [
             "task=train",
+            *algo,
             f"experiment={preset}",
             "algo.iterations=1",
             "algo.eval_before=false",
@@ -215,7 +250,9 @@ def one_iteration(preset: str, threads: int, extra: list[str], peak: dict[str, A
             "padding_share": round(1 - counter.real_tokens[phase] / max(counter.tokens[phase], 1), 3),
             "gflops_per_cpu_s": round(per_cpu_second / 1e9, 2),
             "mfu": round(per_cpu_second / peak_flops, 4),
+            "system_prompt_tokens_run": counter.system_tokens[phase],
         }
+    row["system_prompt_length"] = counter.system_length
     return row
 
 
@@ -286,6 +323,20 @@ def markdown(result: dict[str, Any]) -> str:
                     f"{p['gflop']} | {p['tokens_run']} | {p['padding_share']:.1%} | {p['gflops_per_cpu_s']} | "
                     f"{p['mfu']:.1%} |"
                 )
+    if result["presets"]:
+        lines += [
+            "",
+            "System prompt (the env's instructions, the head of every prompt) run per iteration:",
+            "",
+        ]
+        for row in result["presets"]:
+            length = row["system_prompt_length"]
+            runs = {phase: row[phase]["system_prompt_tokens_run"] for phase in ("rollout", "update")}
+            lines.append(
+                f"- {row['preset']}: {length} tokens long; rollout ran {runs['rollout']} of its tokens "
+                f"({runs['rollout'] / max(length, 1):.0f} times), update {runs['update']} "
+                f"({runs['update'] / max(length, 1):.0f} times); once per weights version would be {length}."
+            )
     for row in result["presets"]:
         prof = row.get("profile")
         if not prof:

@@ -60,3 +60,24 @@ def test_one_frozen_lake_iteration_on_the_tiny_model(tmp_path, monkeypatch):
     assert row["rollout"]["gflop"] > 0 and 0 < row["rollout"]["mfu"] < 2
     assert row["update"]["tokens_run"] >= 1  # the tiny model's returns may all tie: a placeholder row
     assert "| frozenlake_learn | fp32 | update |" in out.with_suffix(".md").read_text()
+
+
+def test_the_counter_counts_system_prompt_tokens_not_taken_from_a_cache(bench):
+    model, tokenizer = load_model(
+        {"name": "tiny-random", "name_or_path": "builtin:tiny-random"}, device="cpu"
+    )
+    counter = bench["FlopCounter"]()
+    counter.attach(model, tokenizer)
+    system = "<|im_start|>system\nReach the goal.<|im_end|>\n"
+    head = tokenizer(system, add_special_tokens=False).input_ids
+    rows = [
+        head + tokenizer(f"<|im_start|>user\nstep {k}", add_special_tokens=False).input_ids for k in range(3)
+    ]
+    length = head.index(tokenizer.convert_tokens_to_ids("<|im_end|>")) + 1  # up to its closing tag
+    counter.phase = "rollout"
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(rows), use_cache=True)
+        assert counter.system_tokens["rollout"] == 3 * length and counter.system_length == length
+        model(input_ids=torch.tensor([[5], [6], [7]]), past_key_values=out.past_key_values, use_cache=True)
+    assert counter.system_tokens["rollout"] == 3 * length  # the cached head does not run again
+    counter.detach()

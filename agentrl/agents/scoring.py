@@ -28,17 +28,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from agentrl.agents.kvcache import cache_kwarg, prefill_shared
+from agentrl.agents.protocols import ScoringAgent
 from agentrl.errors import ConfigError, UnknownChoiceError
 from agentrl.types import Decision, Generation, StepContext
-
-if TYPE_CHECKING:
-    from agentrl.agents.llm import LLMAgent
 
 DECISIONS = ("generate", "score")
 NORMALIZATIONS = ("word", "token", "none")
@@ -236,7 +234,7 @@ def choose(log_policy: np.ndarray, temperature: float, rng: np.random.Generator)
     return int(rng.choice(len(probs), p=probs / probs.sum()))
 
 
-def score_decisions(agent: LLMAgent, contexts: list[StepContext]) -> list[Decision]:
+def score_decisions(agent: ScoringAgent, contexts: list[StepContext]) -> list[Decision]:
     """`LLMAgent.act` with decision=score: one scoring pass over every valid action of every context.
 
     Each Decision is valid; its Generation holds the prompt, the chosen candidate's text and token ids,
