@@ -89,3 +89,17 @@ def test_the_rlft_command_without_a_budget_stays_under_6_gb(tmp_path):
     peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     print(f"peak RSS {peak_gib:.2f} GiB")
     assert peak_gib < 6, peak_gib
+
+
+def test_the_no_grad_log_prob_passes_follow_the_budget():
+    """The old, reference and importance-ratio log-probs run over whole micro-batches: as many rows per
+    forward as the budget allows (RLFT's reference pass over 100 rows of 256-token rationales held 5 GB
+    of fp32 logits and drove issue 23's command to 15 GiB RSS)."""
+    from types import SimpleNamespace
+
+    batch = {"prompt_ids": torch.zeros(100, 400), "completion_ids": torch.zeros(100, 256)}
+    rows = multistep.MultiStepTrainer._rows_per_pass
+    assert rows(SimpleNamespace(max_batch_tokens=4096, budget_completions_only=True), batch) == 16
+    assert rows(SimpleNamespace(max_batch_tokens=4096, budget_completions_only=False), batch) == 6
+    assert rows(SimpleNamespace(max_batch_tokens=10, budget_completions_only=True), batch) == 1
+    assert rows(SimpleNamespace(max_batch_tokens=None, budget_completions_only=False), batch) is None

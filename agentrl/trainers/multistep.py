@@ -602,7 +602,20 @@ class MultiStepTrainer(GRPOTrainer):
         the PPO epochs (with the training forward's numerics: autocast, temperature)."""
         ids, mask, width = self._sequences(batch)
         with torch.no_grad(), self.compute_loss_context_manager():
-            return self._get_per_token_logps_and_entropies(self.model, ids, mask, width)[0]
+            return self._get_per_token_logps_and_entropies(
+                self.model, ids, mask, width, batch_size=self._rows_per_pass(batch)
+            )[0]
+
+    def _rows_per_pass(self, batch: dict[str, torch.Tensor]) -> int | None:
+        """Rows per no-grad forward under `max_batch_tokens` (None: all at once). The old, reference and
+        importance-ratio log-probs run over a whole micro-batch, so they follow the training passes'
+        bound (a 100-row RLFT micro-batch of 256-token completions: 5 GB of fp32 reference logits)."""
+        if not self.max_batch_tokens:
+            return None
+        width = batch["completion_ids"].size(1)
+        if not self.budget_completions_only:
+            width += batch["prompt_ids"].size(1)
+        return max(1, self.max_batch_tokens // max(width, 1))
 
     def _reference_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Log-probs of the rows' completion tokens under the reference policy (for the KL term): TRL's
@@ -610,12 +623,13 @@ class MultiStepTrainer(GRPOTrainer):
         from trl.trainer.utils import use_adapter
 
         ids, mask, width = self._sequences(batch)
+        rows = self._rows_per_pass(batch)
         with torch.no_grad():
             if self.ref_model is not None:
-                return self._get_per_token_logps_and_entropies(self.ref_model, ids, mask, width)[0]
+                return self._get_per_token_logps_and_entropies(self.ref_model, ids, mask, width, rows)[0]
             model = self.accelerator.unwrap_model(self.model)
             with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-                return self._get_per_token_logps_and_entropies(self.model, ids, mask, width)[0]
+                return self._get_per_token_logps_and_entropies(self.model, ids, mask, width, rows)[0]
 
     # -- log-probs of the completion tokens ------------------------------------------------------------
     def _get_per_token_logps_and_entropies(
