@@ -105,7 +105,10 @@ ESCAPES = [
     E("hardlink-read", OS + "def f():\n    os.link('$secret', 'l')\n    return open('l').read()\n", "read"),
     E("etc-shadow", "def f():\n    return open('/etc/shadow').read()\n", "read"),
     E("host-home", OS + "def f():\n    return os.listdir(os.path.expanduser('~root'))\n", "read"),
-    E("project-dir", OS + "def f():\n    return os.listdir('$project')\n", "read"),
+    # a virtual environment inside the project (make install's .venv) is the Python installation, bound
+    # read-only like any other; nothing else of the project is there
+    E("project-source", OS + "def f():\n    return os.listdir('$project/agentrl')\n", "read"),
+    E("project-readme", "def f():\n    return open('$project/README.md').read()\n", "read"),
     E(
         "sklearn-dataset-labels",
         "import numpy as np\ndef f():\n    site = np.get_include().split('/numpy/')[0]\n"
