@@ -486,6 +486,31 @@ def test_hf_shared_prompts_match_plain_generation():
     assert shared.generate(prompts, hot, seed=3) == shared.generate(prompts, hot, seed=3)
 
 
+def test_shared_decoding_runs_each_distinct_context_once():
+    """Copies of a prompt that draw the same tokens share one KV-cache row while they agree."""
+    model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
+    plain = HFBackend(model, tokenizer)
+    shared = HFBackend(model, tokenizer, share_prompts=True)
+    system = list(range(100, 120))
+    prompts = [system + p for p in ([5, 6, 7, 8], [9, 10], [11, 12, 13])] * 4
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=5)
+    decode_rows: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: decode_rows.append(kwargs["input_ids"].size(0))
+        if kwargs["input_ids"].size(1) == 1
+        else None,
+        with_kwargs=True,
+    )
+    try:
+        got = shared.generate(prompts, greedy)
+    finally:
+        hook.remove()
+    assert decode_rows and max(decode_rows) <= 3, decode_rows  # 3 distinct prompts, greedy: 3 contexts
+    for (ids_a, lp_a), (ids_b, lp_b) in zip(plain.generate(prompts, greedy), got, strict=True):
+        assert ids_a == ids_b
+        assert lp_a == pytest.approx(lp_b, abs=1e-4)
+
+
 def test_one_token_answers_reuse_logits_until_the_weights_change(monkeypatch):
     from agentrl.agents import kvcache
 

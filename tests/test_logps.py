@@ -72,9 +72,9 @@ def test_shared_prefix_logps_equal_per_row_forward_values_and_gradients():
     check_rows(model, [system + p for p in prompts[:1]])  # one row only
 
 
-def check_rows(model: Any, prompts: list[list[int]]) -> None:
+def check_rows(model: Any, prompts: list[list[int]], completions: list[list[int]] | None = None) -> None:
     model.zero_grad()
-    completions = [[11, 12, 13], [14, 15], [16, 17, 18], [11], [19, 20, 21]][: len(prompts)]
+    completions = completions or [[11, 12, 13], [14, 15], [16, 17, 18], [11], [19, 20, 21]][: len(prompts)]
     samples = [
         StepSample(p, c, None, 1.0, i, 0) for i, (p, c) in enumerate(zip(prompts, completions, strict=True))
     ]
@@ -102,3 +102,24 @@ def check_rows(model: Any, prompts: list[list[int]]) -> None:
                 (ours_grad[name] - param.grad).abs().max(),
             )
     assert entropy.shape == logps.shape
+
+
+def test_identical_rows_run_once_with_the_gradients_of_every_copy():
+    """A group's episodes often repeat a (state, answer) pair: the kernel runs each distinct row once and
+    still returns every row's log-probs, with each copy's gradient counted."""
+    from agentrl.models import load_model
+
+    model, _ = load_model(tiny_model_cfg(), for_training=True)
+    system = list(range(100, 120))
+    prompts = [system + [5, 6, 7, 8]] * 3 + [system + [9, 10]] * 2
+    completions = [[11, 12, 13]] * 3 + [[14, 15]] * 2
+    rows: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: rows.append(kwargs["input_ids"].size(0)), with_kwargs=True
+    )
+    try:
+        check_rows(model, prompts, completions)  # values and gradients equal one forward per row
+    finally:
+        hook.remove()
+    ours = rows[: len(rows) - len(prompts)]  # the reference forwards of check_rows run one row each
+    assert max(ours) <= 2, ours  # 2 distinct rows, not 5

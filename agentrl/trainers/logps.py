@@ -38,7 +38,25 @@ def shared_prefix_logps(
     temperature: float = 1.0,
     compute_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (and entropies) of the last `completion_length` tokens of each row (B, T)."""
+    """Log-probs (and entropies) of the last `completion_length` tokens of each row (B, T).
+
+    Identical rows (the same prompt and answer, common when a group's episodes visit the same states and
+    answer alike) run once; indexing the results back out sums their gradients as separate rows would.
+    """
+    unique, inverse = torch.unique(
+        torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1), dim=0, return_inverse=True
+    )
+    if len(unique) < len(input_ids):
+        width = input_ids.size(1)
+        logps, entropies = shared_prefix_logps(
+            model,
+            unique[:, :width],
+            unique[:, width:].to(attention_mask.dtype),
+            completion_length,
+            temperature,
+            compute_entropy,
+        )
+        return logps[inverse], entropies[inverse] if entropies is not None else None
     prompt_length = input_ids.size(1) - completion_length
     prompt_ids, prompt_mask = input_ids[:, :prompt_length], attention_mask[:, :prompt_length]
     targets = input_ids[:, prompt_length:]

@@ -74,8 +74,9 @@ class HFBackend(Backend):
 
     Prompt sharing (`share_prompts=True`): the G episodes of a group start from one observation and a
     small grid has few states, so a lockstep batch holds many copies of few prompts. Distinct prompts are
-    prefilled once, their KV cache is gathered out to all rows, then every row samples its own
-    continuation with transformers' logits warpers. One-token answers (an action word after a prefill)
+    prefilled once and every row samples its own continuation with transformers' logits warpers; the
+    model runs once per distinct context (prompt + tokens drawn so far), so rows that write the same
+    answer prefix share its decoding. One-token answers (an action word after a prefill)
     need only each prompt's next-token logits, which are memoised until the weights change. Same
     distribution, log-probs and trimming as the `generate` path; only the random stream differs.
 
@@ -272,17 +273,16 @@ class HFBackend(Backend):
         if sampling.max_new_tokens == 1:
             return self._generate_one(prompts, sampling, seed)
         keys: dict[tuple[int, ...], int] = {}
-        inverse = torch.tensor([keys.setdefault(tuple(p), len(keys)) for p in prompts], device=self.device)
+        context = torch.tensor([keys.setdefault(tuple(p), len(keys)) for p in prompts], device=self.device)
         generator = self._generator(sampling, seed)
         eos = torch.tensor(self.eos_ids, device=self.device)
         with self._inference():
+            # One KV-cache row per distinct context (prompt + tokens so far), `context` maps rows onto them
             cache, logits, mask, position = self._prefill([list(k) for k in keys])
-            cache.batch_select_indices(inverse)
-            logits, mask, position = logits[inverse], mask[inverse], position[inverse]
             done = torch.zeros(len(prompts), dtype=torch.bool, device=self.device)
             tokens, logps = [], []
             for step in range(sampling.max_new_tokens):
-                chosen, logp = self._sample(logits.float(), sampling, generator)
+                chosen, logp = self._sample(logits[context].float(), sampling, generator)
                 chosen = torch.where(done, torch.full_like(chosen, self.pad_id), chosen)
                 tokens.append(chosen)
                 logps.append(logp)
@@ -296,10 +296,15 @@ class HFBackend(Backend):
                     )
                 if bool(done.all()) or step + 1 == sampling.max_new_tokens:
                     break
-                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-                position = position + 1
+                # Rows that share a context and drew the same token share the next context: an answer
+                # format that most rows write alike (<action>NAME</action>) runs once per distinct prefix.
+                pairs, context = torch.unique(context * logits.size(-1) + chosen, return_inverse=True)
+                parent, token = pairs // logits.size(-1), pairs % logits.size(-1)
+                cache.batch_select_indices(parent)
+                mask = torch.cat([mask[parent], torch.ones_like(mask[parent][:, :1])], dim=1)
+                position = position[parent] + 1
                 out = self.model(
-                    input_ids=chosen[:, None],
+                    input_ids=token[:, None],
                     attention_mask=mask,
                     position_ids=position[:, None],
                     use_cache=True,
