@@ -142,8 +142,11 @@ def resolve_rev(rev: str) -> str:
 
 
 def working_tree_commit() -> str:
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return git("rev-parse", "HEAD") + (" + uncommitted changes" if dirty else "")
+    try:
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+        return git("rev-parse", "HEAD") + (" + uncommitted changes" if dirty else "")
+    except BenchError:  # a copy outside git can still compare overrides
+        return "unknown (not a git checkout)"
 
 
 def bench_overrides(args: argparse.Namespace) -> list[str]:
@@ -602,7 +605,7 @@ def measure(sides: list[Side], args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         check_overrides(args.overrides, "overrides after --")
         sides = build_sides(args.baseline, args.side)
@@ -614,6 +617,11 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("error: interrupted (the running training was ended, no results written)", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "iteration_speed.json").write_text(json.dumps(result, indent=1) + "\n")
     (args.out / "iteration_speed.md").write_text(markdown(result))

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,44 @@ def test_baseline_worktree_and_a_side_end_to_end(bench, tmp_path, capsys):
 
 def worktrees() -> str:
     return subprocess.run(["git", "-C", str(REPO), "worktree", "list"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize(("error", "code"), [(KeyboardInterrupt, 130), (RuntimeError, None)])
+def test_the_baseline_worktree_is_removed_after_an_interrupt_or_an_error(bench, monkeypatch, error, code):
+    seen = {}
+
+    def interrupted(sides, args):
+        seen["tree"] = sides[0].tree
+        assert (sides[0].tree / "agentrl" / "__init__.py").is_file()  # checked out while measuring
+        raise error
+
+    monkeypatch.setattr(bench, "measure", interrupted)
+    argv = ["--baseline", "HEAD", "--presets", "frozenlake_learn"]
+    if code is None:
+        with pytest.raises(error):
+            bench.main(argv)
+    else:
+        assert bench.main(argv) == code
+    assert not seen["tree"].exists() and str(seen["tree"]) not in worktrees()
+
+
+def test_a_run_past_its_timeout_is_ended_with_its_children(bench, tmp_path):
+    # a shell with a child: both must go (a training's own subprocesses live in its process group)
+    pid_file = tmp_path / "child.pid"
+    script = f"sleep 60 & echo $! > {pid_file}; wait"
+    process = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    while not pid_file.is_file() or not pid_file.read_text().strip():
+        time.sleep(0.05)
+    assert bench.wait(process, timeout_s=0.5) == 124
+    assert not running(int(pid_file.read_text()))
+
+
+def running(pid: int, seconds: float = 5.0) -> bool:
+    """Whether `pid` is still alive (not gone, not a zombie) after up to `seconds`."""
+    stat = Path(f"/proc/{pid}/stat")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+        time.sleep(0.05)
+    return True
