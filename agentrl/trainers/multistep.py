@@ -109,9 +109,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     collector.backend = trainer.rollout_backend
 
     wants_before = evals.before is None and algo.eval_before and checkpoint is None
-    start = time.perf_counter()
-    _train(trainer, cfg, algo, run_dir, resume, checkpoint, evals, policy, wants_before)
-    train_time = time.perf_counter() - start
+    train_time = _train(trainer, cfg, algo, run_dir, resume, checkpoint, evals, policy, wants_before)
 
     if algo.save_final:
         _save_final(trainer, run_dir, loaded.tokenizer, critic)
@@ -198,8 +196,8 @@ def _build_agents(cfg: DictConfig, spec: Any, algo: Any, loaded: LoadedPolicy) -
         # the algorithm decides how its policy acts (TWOSOME's scores every valid action)
         cfg = OmegaConf.merge(cfg, {"agent": {"decision": spec.decision}})
         log.info("agent.decision=%s (algo=%s)", spec.decision, spec.name)
-    # model.backend=vllm trains with rollouts from TRL's vLLM engine (built with the trainer, below); the
-    # policy's own view (evaluation, the critic) is the HF model
+    # model.backend=vllm trains with rollouts from TRL's vLLM engine (built after the trainer:
+    # `_rollout_agent`); the policy's own view (evaluation, the critic) is the HF model
     vllm = loaded.model_cfg.backend == "vllm"
     policy_cfg = OmegaConf.merge(cfg, {"model": {"backend": "hf"}}) if vllm else cfg
     policy = build_llm_agent(
@@ -353,9 +351,10 @@ def _train(
     evals: Evaluations,
     policy: Any,
     wants_before: bool,
-) -> None:
+) -> float:
     """`trainer.train` with the run's callbacks (eval before training, rollout-cache reset, time limit,
-    periodic eval, checkpoints, metrics.jsonl, signals); a stopping signal saves and raises."""
+    periodic eval, checkpoints, metrics.jsonl, signals); a stopping signal saves and raises. Returns the
+    seconds training took."""
     main = dist.is_main()
     pending: dict[str, Any] = {}
     minutes = algo.time_limit_minutes
@@ -369,6 +368,7 @@ def _train(
             return {}
         return evals.run(f"eval @ {step}", algo.periodic_eval_episodes)[0]
 
+    start = time.perf_counter()
     with stop:
         try:
             with progress(cfg.algo.name, total=algo.iterations) as bar:
@@ -392,6 +392,7 @@ def _train(
         finally:
             if metrics_log is not None:
                 metrics_log.close()
+    return time.perf_counter() - start
 
 
 def _save_final(trainer: MultiStepTrainer, run_dir: Path, tokenizer: Any, critic: Critic | None) -> None:
