@@ -41,8 +41,8 @@ def trainer_step(checkpoint: Path | None) -> int:
 
 
 class CheckpointsMixin:
-    """`MultiStepTrainer`'s checkpoint overrides (a mixin before `GRPOTrainer`, whose attributes it uses
-    besides these of the trainer's)."""
+    """`MultiStepTrainer`'s checkpoint overrides: a mixin listed before `GRPOTrainer`, reading the Trainer's
+    attributes and the trainer's own ones annotated here."""
 
     args: Any
     state: Any

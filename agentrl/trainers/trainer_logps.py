@@ -21,8 +21,8 @@ from agentrl.types import StepSample
 
 
 class TrainerLogps:
-    """`MultiStepTrainer`'s log-prob paths (a mixin before `GRPOTrainer`, whose attributes it uses besides
-    these of the trainer's)."""
+    """`MultiStepTrainer`'s log-prob paths: a mixin listed before `GRPOTrainer`, reading the Trainer's
+    attributes and the trainer's own ones annotated here."""
 
     max_batch_tokens: int | None
     budget_completions_only: bool
