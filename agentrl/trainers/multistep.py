@@ -28,7 +28,6 @@ then raise `TrainingInterrupted` (the run exits with 128 + the signal number).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import signal
@@ -42,8 +41,7 @@ from agentrl import distributed as dist
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.console import set_torch_threads
 from agentrl.errors import ConfigError
-from agentrl.runlog import MetricsLog, newest_valid_checkpoint, progress, write_json
-from agentrl.syncforward import synced_forwards
+from agentrl.runlog import MetricsLog, newest_valid_checkpoint, progress
 from agentrl.trainers.actor_critic import ActorCritic
 from agentrl.trainers.callbacks import (
     BeforeTraining,
@@ -59,9 +57,10 @@ from agentrl.trainers.critic import Critic
 from agentrl.trainers.grpo_trainer import MultiStepTrainer, _unused_reward
 from agentrl.trainers.iteration import Collector
 from agentrl.trainers.rollout_backends import copy_rollouts, vllm_rollouts
+from agentrl.trainers.run_evals import Evaluations
 from agentrl.trainers.settings import cpu_precision_shapes, grpo_config, resolve_precision
 from agentrl.trainers.signals import StopSignals, TrainingInterrupted, signal_name
-from agentrl.types import Episode, TrainResult
+from agentrl.types import TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -240,66 +239,6 @@ def _train_env(cfg: DictConfig, algo: Any) -> tuple[Any, dict[str, Any] | None]:
         )
     probe.close()
     return train_env, {"random_start": algo.curriculum.random_start}
-
-
-@dataclasses.dataclass
-class Evaluations:
-    """The run's evaluations of the policy (`agent` on `env`, greedy-ish): before training (once; kept in
-    `eval_before.json` across resumes), periodically, and after. With several processes each plays every
-    world-th seed and all get the episodes back in seed order."""
-
-    env: Any
-    agent: Any
-    seeds: list[int]
-    model: Any  # the trained policy: a sharded one makes every process run as many forwards
-    seed: int
-    lockstep: bool
-    before_path: Path
-    before: dict[str, Any] | None = None
-
-    @classmethod
-    def for_run(cls, cfg: DictConfig, agent: Any, model: Any, run_dir: Path) -> Evaluations:
-        """The evaluations of the run in `run_dir` on the standard task of `cfg.env`."""
-        from agentrl.envs import env_factory
-        from agentrl.evaluation import eval_seeds
-
-        env = env_factory(cfg.env)
-        path = run_dir / "eval_before.json"
-        before = json.loads(path.read_text()) if path.is_file() else None
-        return cls(env, agent, eval_seeds(cfg), model, int(cfg.seed), cfg.eval.lockstep, path, before)
-
-    def run(self, description: str, episodes: int | None = None) -> tuple[dict[str, Any], list[Episode]]:
-        """The metrics and episodes of the first `episodes` seeds (all by default)."""
-        from agentrl.evaluation import episode_metrics, evaluate
-
-        seeds = self.seeds[: episodes or None]
-        kwargs = {"lockstep": self.lockstep, "description": description, "agent_seed": self.seed}
-        rank, world = dist.rank(), dist.world_size()
-        if world == 1:
-            return evaluate(self.env, self.agent, seeds, **kwargs)
-        # every process plays every world-th seed; the episodes come back in seed order on all of them
-        mine = seeds[rank::world]
-        with synced_forwards(self.model):  # every process enters, even one without seeds
-            played = evaluate(self.env, self.agent, mine, **kwargs)[1] if mine else []
-        shards = dist.gather(played)
-        ordered = [shards[k % world][k // world] for k in range(len(seeds))]
-        return episode_metrics(ordered), ordered
-
-    def before_training(self) -> None:
-        """Runs when training begins (`BeforeTraining`): the engine has prepared the model by then (ZeRO-3's
-        partitions, FSDP's shards on this process's device, mixed precision's autocast around `forward`),
-        so the evaluations before and after training run the same model the same way."""
-        from agentrl.diagnostics import diagnostics_section
-
-        before, played = self.run("eval before training")
-        # a bandit-like env: the decision diagnostics before training too (eval.json has them after)
-        diagnostics = diagnostics_section(played)
-        if diagnostics is not None:
-            before["diagnostics"] = diagnostics
-        if dist.is_main():
-            write_json(self.before_path, before)
-        self.before = before
-        log.info("Before training: success %.3f return %.3f", before["success_rate"], before["mean_return"])
 
 
 def _build_trainer(
