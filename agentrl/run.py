@@ -655,7 +655,7 @@ def _relaunch(
     import torch
 
     from agentrl.config import typed
-    from agentrl.trainers.multistep import resolve_precision
+    from agentrl.trainers.settings import resolve_precision
 
     cuda = torch.cuda.is_available()
     precision = resolve_precision(str(cfg.algo.get("precision", "auto")), "cuda" if cuda else "cpu")

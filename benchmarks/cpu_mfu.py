@@ -148,13 +148,14 @@ def phases(counter: FlopCounter, clock: dict[str, float]):
     """Attribute FLOPs and seconds to the rollout (collect_groups), evaluation and the update (the rest
     of the trainer's step), by wrapping those functions for the duration."""
     import agentrl.evaluation as evaluation
-    import agentrl.trainers.multistep as multistep
+    import agentrl.trainers.iteration as iteration
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
 
     originals = {
-        "collect": multistep.collect_groups,
+        "collect": iteration.collect_groups,
         "evaluate": evaluation.evaluate,
-        "train": multistep.MultiStepTrainer.train,
-        "init": multistep.MultiStepTrainer.__init__,
+        "train": MultiStepTrainer.train,
+        "init": MultiStepTrainer.__init__,
     }
 
     def timed(clock_key: str, phase: str, fn: Any) -> Any:
@@ -182,18 +183,18 @@ def phases(counter: FlopCounter, clock: dict[str, float]):
         originals["copy"](self, *args, **kwargs)
         counter.attach(self.model, self.tokenizer)
 
-    multistep.collect_groups = timed("rollout", "rollout", originals["collect"])
+    iteration.collect_groups = timed("rollout", "rollout", originals["collect"])
     evaluation.evaluate = timed("eval", "eval", originals["evaluate"])
-    multistep.MultiStepTrainer.train = timed("train", "update", originals["train"])
-    multistep.MultiStepTrainer.__init__ = init
+    MultiStepTrainer.train = timed("train", "update", originals["train"])
+    MultiStepTrainer.__init__ = init
     HFCopyBackend.__init__ = copy_init
     try:
         yield
     finally:
-        multistep.collect_groups = originals["collect"]
+        iteration.collect_groups = originals["collect"]
         evaluation.evaluate = originals["evaluate"]
-        multistep.MultiStepTrainer.train = originals["train"]
-        multistep.MultiStepTrainer.__init__ = originals["init"]
+        MultiStepTrainer.train = originals["train"]
+        MultiStepTrainer.__init__ = originals["init"]
         HFCopyBackend.__init__ = originals["copy"]
         counter.detach()
 
@@ -257,8 +258,8 @@ def one_iteration(preset: str, threads: int, extra: list[str], peak: dict[str, A
 
 
 def precision_of(cfg: Any) -> str:
-    from agentrl.trainers.multistep import resolve_precision
     from agentrl.trainers.precision import model_shapes
+    from agentrl.trainers.settings import resolve_precision
 
     return resolve_precision(str(cfg.algo.precision), "cpu", model_shapes(cfg.model))
 

@@ -215,8 +215,10 @@ def run_one(
     import agentrl.trainers.multistep as multistep
     from agentrl.config import compose_config, typed
     from agentrl.flops import Shape, update_flops
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
     from agentrl.trainers.logps import kernel_applies
-    from agentrl.trainers.multistep import resolve_precision, train_llm
+    from agentrl.trainers.multistep import train_llm
+    from agentrl.trainers.settings import resolve_precision
 
     name = name or mode
 
@@ -267,7 +269,7 @@ def run_one(
 
     # the rows of every iteration's update (for the FLOPs it executes) and the trainer (for `after`)
     updates: list[list[tuple[list[int], int]]] = []
-    real_pack = multistep.MultiStepTrainer._pack_micro_batches
+    real_pack = MultiStepTrainer._pack_micro_batches
 
     def recording_pack(self: Any, samples: Any, *a: Any, **kw: Any) -> Any:
         captured["trainer"] = self
@@ -287,14 +289,14 @@ def run_one(
     patched = [m for m in (agentrl.models, multistep) if getattr(m, "load_model", None) is real_load]
     for module in patched:
         module.load_model = capturing_load
-    multistep.MultiStepTrainer._pack_micro_batches = recording_pack
+    MultiStepTrainer._pack_micro_batches = recording_pack
     start = time.perf_counter()
     try:
         train_llm(cfg, run_dir)
     finally:
         for module in patched:
             module.load_model = real_load
-        multistep.MultiStepTrainer._pack_micro_batches = real_pack
+        MultiStepTrainer._pack_micro_batches = real_pack
     wall = time.perf_counter() - start
     peak_gib = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
     reserved_gib = torch.cuda.max_memory_reserved() / 2**30 if cuda else None

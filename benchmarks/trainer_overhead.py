@@ -51,7 +51,8 @@ def main() -> None:
 
     from agentrl.config import compose_config
     from agentrl.models import load_model
-    from agentrl.trainers.multistep import MultiStepTrainer, pack_samples
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
+    from agentrl.trainers.packing import pack_samples
     from agentrl.types import StepSample
 
     model_cfg = compose_config([f"model={args.model}"]).model

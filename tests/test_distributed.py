@@ -13,7 +13,7 @@ import pytest
 from agentrl import distributed as dist
 from agentrl.config import compose_config, typed
 from agentrl.errors import ConfigError
-from agentrl.trainers.multistep import global_group, merge_process_metrics
+from agentrl.trainers.iteration import global_group, merge_process_metrics
 from tests.helpers import logged_iterations
 
 ROOT = Path(__file__).resolve().parents[1]

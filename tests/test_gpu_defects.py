@@ -143,7 +143,7 @@ def test_one_process_with_several_visible_gpus_trains_on_one(tmp_path, monkeypat
 
     from agentrl.config import typed
     from agentrl.errors import ConfigError
-    from agentrl.trainers.multistep import grpo_config
+    from agentrl.trainers.settings import grpo_config
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
@@ -172,35 +172,37 @@ def test_the_value_head_has_its_own_optimizer_saved_and_restored(tmp_path, monke
     (FSDP's optimizer state dict raises KeyError on a group of non-module parameters; ZeRO-3 converts
     only the module's); its Adam moments and schedule are saved with each checkpoint and restored on
     resume."""
-    from agentrl.trainers import multistep
+    from agentrl.trainers.actor_critic import HEAD_OPTIMIZER_FILE
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
+    from agentrl.trainers.multistep import train_llm
 
     trainers: list[Any] = []
-    real_init = multistep.MultiStepTrainer.__init__
+    real_init = MultiStepTrainer.__init__
 
     def spy(self: Any, *args: Any, **kwargs: Any) -> None:
         real_init(self, *args, **kwargs)
         trainers.append(self)
 
-    monkeypatch.setattr(multistep.MultiStepTrainer, "__init__", spy)
-    multistep.train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path)
+    monkeypatch.setattr(MultiStepTrainer, "__init__", spy)
+    train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path)
     first = trainers[-1]
     head = list(first.actor_critic.critic.head.parameters())
     model_params = {id(p) for group in first.optimizer.param_groups for p in group["params"]}
     assert not model_params & {id(p) for p in head}
     assert all(p.device == first.accelerator.device for p in head)
-    saved = torch.load(tmp_path / "checkpoint-1" / multistep.HEAD_OPTIMIZER_FILE, weights_only=True)
+    saved = torch.load(tmp_path / "checkpoint-1" / HEAD_OPTIMIZER_FILE, weights_only=True)
     assert saved["scheduler"]["last_epoch"] == 1 and saved["optimizer"]["state"]
 
     loaded: list[dict] = []
-    real_load = multistep.MultiStepTrainer._load_head_optimizer
+    real_load = MultiStepTrainer._load_head_optimizer
 
     def load_spy(self: Any, checkpoint: Any) -> None:
         real_load(self, checkpoint)
         loaded.append(copy.deepcopy(self.head_optimizer.state_dict()))  # Adam updates it in place
 
-    monkeypatch.setattr(multistep.MultiStepTrainer, "_load_head_optimizer", load_spy)
+    monkeypatch.setattr(MultiStepTrainer, "_load_head_optimizer", load_spy)
     assert not (tmp_path / "checkpoint-2").exists()  # the last iteration is not checkpointed: resume at 1
-    multistep.train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path, resume=True)
+    train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path, resume=True)
     restored = loaded[0]["state"]
     for key, moments in saved["optimizer"]["state"].items():
         for name in ("exp_avg", "exp_avg_sq", "step"):
@@ -218,7 +220,7 @@ def test_a_sharded_engines_optimizer_state_is_loaded_on_resume(tmp_path, monkeyp
     from transformers import Trainer
 
     from agentrl.runlog import write_manifest
-    from agentrl.trainers.multistep import MultiStepTrainer
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
 
     checkpoint = tmp_path / "checkpoint-1"
     (checkpoint / layout).parent.mkdir(parents=True, exist_ok=True)
@@ -256,7 +258,7 @@ def test_an_empty_iteration_under_deepspeed_steps_with_a_learning_rate_of_zero(m
     moves) and the rate is back afterwards."""
     from trl import GRPOTrainer
 
-    from agentrl.trainers.multistep import MultiStepTrainer
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
 
     seen: list[float] = []
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))], lr=1e-3)
@@ -322,7 +324,7 @@ def test_fsdp2_trains_checkpoints_and_resumes_on_two_cpu_processes(tmp_path, ove
     path (tests/workers/fsdp_cpu.py says what differs from `accelerate launch` on GPUs): the eval
     before, 2 iterations, a checkpoint with FSDP's files, resume with Adam's moments restored exactly,
     the eval after."""
-    from agentrl.trainers.multistep import HEAD_OPTIMIZER_FILE
+    from agentrl.trainers.actor_critic import HEAD_OPTIMIZER_FILE
     from tests.helpers import logged_iterations
 
     run = tmp_path / "run"

@@ -9,7 +9,7 @@ import torch
 
 from agentrl.config import compose_config
 from agentrl.trainers.logps import shared_prefix_logps
-from agentrl.trainers.multistep import pack_samples
+from agentrl.trainers.packing import pack_samples
 from agentrl.types import StepSample
 
 
@@ -24,7 +24,7 @@ def test_completion_logprobs_match_trl_fused_head():
     from trl import GRPOConfig
 
     from agentrl.models import load_model
-    from agentrl.trainers.multistep import MultiStepTrainer
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
 
     model, tokenizer = load_model(tiny_model_cfg(), for_training=True)
     args = GRPOConfig(

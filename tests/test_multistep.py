@@ -13,14 +13,11 @@ from helpers import interrupt_rollout
 from agentrl.config import compose_config, typed
 from agentrl.envs.base import TextEnv
 from agentrl.runlog import checkpoint_problem, newest_checkpoint
-from agentrl.trainers.multistep import (
-    MultiStepTrainer,
-    grpo_config,
-    pack_samples,
-    split_even,
-    train_llm,
-    training_seed,
-)
+from agentrl.trainers.grpo_trainer import MultiStepTrainer
+from agentrl.trainers.iteration import training_seed
+from agentrl.trainers.multistep import train_llm
+from agentrl.trainers.packing import pack_samples, split_even
+from agentrl.trainers.settings import grpo_config
 from agentrl.trainers.signals import TrainingInterrupted
 from agentrl.types import StepSample
 
@@ -172,10 +169,10 @@ def test_a_tiny_learning_rate_still_moves_the_weights(tmp_path, precision):
 
 @pytest.mark.parametrize(("precision", "autocast"), [("fp32", False), ("bf16-mixed", True)])
 def test_bf16_mixed_runs_the_update_under_autocast(tmp_path, monkeypatch, precision, autocast):
-    from agentrl.trainers import multistep
+    from agentrl.trainers import trainer_logps
 
     seen = []
-    real = multistep.shared_prefix_logps
+    real = trainer_logps.shared_prefix_logps
 
     def spy(model: Any, *args: Any, **kwargs: Any):
         # inside the model's forward, where accelerate applies autocast
@@ -186,7 +183,7 @@ def test_bf16_mixed_runs_the_update_under_autocast(tmp_path, monkeypatch, precis
         finally:
             hook.remove()
 
-    monkeypatch.setattr(multistep, "shared_prefix_logps", spy)
+    monkeypatch.setattr(trainer_logps, "shared_prefix_logps", spy)
     one_update(tmp_path, rows([1.0, -1.0]), f"algo.precision={precision}")
     assert seen and set(seen) == {autocast}
 
@@ -318,17 +315,17 @@ def test_time_limit_stops_after_the_iteration_that_crosses_it(tmp_path):
 
 def test_training_invalid_penalty_applies_to_rollouts_only(tmp_path, monkeypatch):
     """`algo.invalid_penalty` shapes training rewards; evaluation keeps the agent's own penalty."""
-    from agentrl.trainers import multistep
+    from agentrl.trainers import iteration
 
     seen = []
-    real = multistep.collect_groups
+    real = iteration.collect_groups
 
     def spy(make_env: Any, agent: Any, **kwargs: Any):
         episodes, rounds = real(make_env, agent, **kwargs)
         seen.extend(s.reward - s.env_reward for e in episodes for s in e.steps if not s.valid)
         return episodes, rounds
 
-    monkeypatch.setattr(multistep, "collect_groups", spy)
+    monkeypatch.setattr(iteration, "collect_groups", spy)
     cfg = make_cfg(
         "algo.iterations=1",
         "algo.invalid_penalty=-3.0",
@@ -520,7 +517,7 @@ def test_ctrl_c_saves_a_checkpoint_then_resume_continues(tmp_path, monkeypatch):
 
 # ---- the token budget: bounded micro-batches, the same gradient ---------------------------------------------
 def test_split_by_tokens_keeps_every_row_within_the_budget():
-    from agentrl.trainers.multistep import split_by_tokens
+    from agentrl.trainers.packing import split_by_tokens
 
     samples = [
         StepSample([1] * p, [2] * c, None, [0.5] * c, k, 0, returns=[1.0] * c, old_values=[0.0] * c)

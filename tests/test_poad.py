@@ -15,8 +15,11 @@ from helpers import interrupt_rollout
 from agentrl.algos import poad
 from agentrl.config import compose_config, typed
 from agentrl.runlog import checkpoint_problem, newest_checkpoint
+from agentrl.trainers.actor_critic import ActorCritic
 from agentrl.trainers.critic import VALUE_HEAD_FILE, Critic, ValueHead, clipped_value_loss
-from agentrl.trainers.multistep import ActorCritic, MultiStepTrainer, grpo_config, train_llm
+from agentrl.trainers.grpo_trainer import MultiStepTrainer
+from agentrl.trainers.multistep import train_llm
+from agentrl.trainers.settings import grpo_config
 from agentrl.trainers.signals import TrainingInterrupted
 from agentrl.types import Episode, Generation, Step
 

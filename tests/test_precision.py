@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import agentrl.trainers.precision as precision
-from agentrl.trainers.multistep import resolve_precision
 from agentrl.trainers.precision import bf16_instructions, cpu_auto_precision, cpu_flags, describe_cpu
+from agentrl.trainers.settings import resolve_precision
 
 SAPPHIRE_RAPIDS = "fpu vme avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
 COOPER_LAKE = "fpu vme avx2 avx512f avx512_bf16"  # AVX512-BF16, no AMX (the development machine)

@@ -9,10 +9,12 @@ import logging
 import pytest
 import torch
 
-import agentrl.trainers.multistep as multistep
+import agentrl.trainers.settings as settings
 from agentrl.config import compose_config
 from agentrl.errors import ConfigError
-from agentrl.trainers.multistep import auto_token_budget, resolve_max_batch_tokens, split_by_tokens
+from agentrl.trainers.grpo_trainer import MultiStepTrainer
+from agentrl.trainers.packing import pack_samples, split_by_tokens
+from agentrl.trainers.settings import auto_token_budget, resolve_max_batch_tokens
 from agentrl.types import StepSample
 
 
@@ -26,7 +28,7 @@ class _Model:
 def test_the_budget_fills_a_fifth_of_free_memory_with_logits_and_their_gradients():
     free = 20 * 2**30
     budget = auto_token_budget(free, 49152)
-    per_position = multistep.LOGIT_COPIES * 4 * 49152  # bytes: fp32 logits, log-softmax, both grads, exp
+    per_position = settings.LOGIT_COPIES * 4 * 49152  # bytes: fp32 logits, log-softmax, both grads, exp
     assert budget == int(free * 0.2) // per_position == 4369
     assert budget * per_position <= 0.2 * free < (budget + 1) * per_position
     assert auto_token_budget(free, 2 * 49152) == budget // 2  # twice the vocabulary, half the positions
@@ -34,20 +36,20 @@ def test_the_budget_fills_a_fifth_of_free_memory_with_logits_and_their_gradients
 
 
 def test_auto_reads_the_free_memory_and_logs_the_choice(monkeypatch, caplog):
-    monkeypatch.setattr(multistep, "free_memory_bytes", lambda device: 10 * 2**30)
-    with caplog.at_level(logging.INFO, logger=multistep.log.name):
+    monkeypatch.setattr(settings, "free_memory_bytes", lambda device: 10 * 2**30)
+    with caplog.at_level(logging.INFO, logger=settings.log.name):
         assert resolve_max_batch_tokens("auto", _Model(), "cpu") == auto_token_budget(10 * 2**30, 49152)
     assert "max_batch_tokens=auto: 2184 LM-head positions per pass (10.0 GiB free" in caplog.text
     assert resolve_max_batch_tokens(None, _Model(), "cpu") is None
     assert resolve_max_batch_tokens(4096, _Model(), "cpu") == 4096
-    assert multistep.free_memory_bytes("cpu") > 0
+    assert settings.free_memory_bytes("cpu") > 0
 
 
 def test_the_auto_budget_counts_lm_head_positions_not_prompts():
     """Long prompts with one-token answers (Frozen Lake) stay one pass: the shared-prefix kernel runs each
     distinct prompt once and scores only completion positions; long completions are split."""
     samples = [StepSample([1] * 300, [2] * c, None, 1.0, k, 0) for k, c in enumerate([1, 1, 1, 8, 8, 8])]
-    batch = multistep.pack_samples(samples, pad_id=0, device="cpu")
+    batch = pack_samples(samples, pad_id=0, device="cpu")
     batch["num_items_in_batch"] = torch.tensor(27.0)
     assert len(split_by_tokens(batch, budget=24, completions_only=True)) == 2  # 3 x 1 + ..., 3 x 8
     assert len(split_by_tokens(batch, budget=24)) == 6  # padded tokens: a row a pass
@@ -98,7 +100,7 @@ def test_the_no_grad_log_prob_passes_follow_the_budget():
     from types import SimpleNamespace
 
     batch = {"prompt_ids": torch.zeros(100, 400), "completion_ids": torch.zeros(100, 256)}
-    rows = multistep.MultiStepTrainer._rows_per_pass
+    rows = MultiStepTrainer._rows_per_pass
     assert rows(SimpleNamespace(max_batch_tokens=4096, budget_completions_only=True), batch) == 16
     assert rows(SimpleNamespace(max_batch_tokens=4096, budget_completions_only=False), batch) == 6
     assert rows(SimpleNamespace(max_batch_tokens=10, budget_completions_only=True), batch) == 1

@@ -11,7 +11,8 @@ from agentrl.errors import ConfigError
 
 
 def test_a_bf16_reference_model_takes_half_the_memory(tmp_path, monkeypatch):
-    from agentrl.trainers.multistep import MultiStepTrainer, train_llm
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
+    from agentrl.trainers.multistep import train_llm
 
     trainers = []
     real = MultiStepTrainer._pack_micro_batches

@@ -14,7 +14,8 @@ from agentrl.agents.llm import LLMAgent, TextInterface
 from agentrl.config import compose_config
 from agentrl.errors import BackendError, ConfigError
 from agentrl.models import apply_lora, load_model
-from agentrl.trainers.multistep import MultiStepTrainer, train_llm
+from agentrl.trainers.grpo_trainer import MultiStepTrainer
+from agentrl.trainers.multistep import train_llm
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,8 @@ def snake_update_growth(budget: int | None, tmp: Path, rows_n: int = ROWS) -> di
     from agentrl.config import typed
     from agentrl.envs import env_factory
     from agentrl.models import load_model
-    from agentrl.trainers.multistep import MultiStepTrainer, grpo_config
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
+    from agentrl.trainers.settings import grpo_config
     from agentrl.types import StepContext, StepSample
 
     torch.set_num_threads(1)

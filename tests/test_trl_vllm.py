@@ -443,7 +443,8 @@ def test_training_with_model_backend_vllm_syncs_the_engine_before_every_rollout(
     import trl.generation.vllm_generation as trl_vllm
 
     from agentrl.config import compose_config
-    from agentrl.trainers.multistep import MultiStepTrainer, train_llm
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
+    from agentrl.trainers.multistep import train_llm
 
     engines: list[FakeVLLMGeneration] = []
 

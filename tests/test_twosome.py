@@ -17,7 +17,8 @@ from agentrl.algos import poad, twosome
 from agentrl.cli import app
 from agentrl.config import compose_config, typed
 from agentrl.errors import ConfigError
-from agentrl.trainers.multistep import MultiStepTrainer, grpo_config
+from agentrl.trainers.grpo_trainer import MultiStepTrainer
+from agentrl.trainers.settings import grpo_config
 from agentrl.types import Episode, Generation, Step, StepSample
 
 ALGO = SimpleNamespace(gamma=0.9, lam=0.8, normalize_advantages=False)

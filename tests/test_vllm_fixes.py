@@ -284,7 +284,8 @@ def test_cuda_keeps_trls_fused_lm_head(monkeypatch):
 
     from trl import GRPOTrainer
 
-    from agentrl.trainers import multistep
+    from agentrl.trainers import trainer_logps
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
 
     calls: list[str] = []
     monkeypatch.setattr(
@@ -293,8 +294,8 @@ def test_cuda_keeps_trls_fused_lm_head(monkeypatch):
         lambda self, *a, **k: calls.append("trl") or (0, 0, 0),
     )
     kernel = lambda *a, **k: calls.append("kernel") or (torch.zeros(1, 1), None)  # noqa: E731
-    monkeypatch.setattr(multistep, "shared_prefix_logps", kernel)
-    trainer = object.__new__(multistep.MultiStepTrainer)
+    monkeypatch.setattr(trainer_logps, "shared_prefix_logps", kernel)
+    trainer = object.__new__(MultiStepTrainer)
     trainer.accelerator = SimpleNamespace(num_processes=1)
     trainer.shared_prefix, trainer.trl_logprobs, trainer.temperature = (
         True,

@@ -1,7 +1,7 @@
 """MS-GRPO credit assignment and AAW episode sampling (Dilkes et al., arXiv 2508.10839;
 docs/algorithms.md#ms-grpo).
 
-Pure functions over `Episode`s: no model, no torch. The trainer (agentrl/trainers/multistep.py) turns
+Pure functions over `Episode`s: no model, no torch. The trainer (agentrl/trainers/grpo_trainer.py) turns
 their output into the tensors TRL's clipped surrogate expects.
 
 - Episode return        R_i = sum_t r_{i,t}                       ("the entire cumulative episode reward")

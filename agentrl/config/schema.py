@@ -742,7 +742,7 @@ class CurriculumConfig(Schema):
 @dataclass
 class LLMAlgoConfig(Schema):
     """The keys every LLM algorithm shares (rollouts, optimisation, evaluation, checkpoints): the one
-    engine in agentrl/trainers/multistep.py reads them; each algorithm's schema adds its credit keys."""
+    engine in agentrl/trainers/ (grpo_trainer.py) reads them; each algorithm's schema adds its credit keys."""
 
     PREFIX: ClassVar[str | None] = "algo"
 

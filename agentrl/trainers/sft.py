@@ -1,7 +1,7 @@
 """`algo=sft`: supervised fine-tuning on demonstrations with TRL's `SFTTrainer` (docs/algorithms.md#sft).
 
     demonstrations  a classic agent (`algo.demonstrations`: the planner, or uniformly random valid
-                    actions) plays `algo.episodes` episodes on training seeds (`multistep.training_seed`,
+                    actions) plays `algo.episodes` episodes on training seeds (`iteration.training_seed`,
                     below `eval.seed_offset`: never a held-out eval seed)
     rows            every step -> one prompt-completion pair written through the LLM agent's own interface:
                     the prompt is exactly the text the agent renders there (chat template, history,
@@ -98,9 +98,9 @@ class Demonstrator(Agent):
 
 
 def demonstration_seeds(cfg: DictConfig, episodes: int) -> list[int]:
-    """Training seeds of the demonstration episodes: iteration 0's groups of `multistep.training_seed`,
+    """Training seeds of the demonstration episodes: iteration 0's groups of `iteration.training_seed`,
     below `eval.seed_offset`, so they never meet the held-out eval seeds."""
-    from agentrl.trainers.multistep import training_seed
+    from agentrl.trainers.iteration import training_seed
 
     return [training_seed(int(cfg.seed), 0, k, int(cfg.eval.seed_offset)) for k in range(episodes)]
 
@@ -201,7 +201,7 @@ def train_sft(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     from agentrl.evaluation import eval_seeds, evaluate
     from agentrl.models import load_model, model_config, resolve_device
     from agentrl.runlog import MetricsLog, progress, write_json
-    from agentrl.trainers.multistep import resolve_precision
+    from agentrl.trainers.settings import resolve_precision
 
     if dist.world_size() > 1:
         raise ConfigError("algo=sft runs in one process: use distributed=none")

@@ -17,7 +17,8 @@ from datasets import Dataset
 from agentrl import distributed as dist
 from agentrl.config import compose_config, typed
 from agentrl.models import load_model
-from agentrl.trainers.multistep import MultiStepTrainer, _unused_reward, grpo_config
+from agentrl.trainers.grpo_trainer import MultiStepTrainer, _unused_reward
+from agentrl.trainers.settings import grpo_config
 from agentrl.types import StepSample
 
 

@@ -35,7 +35,7 @@ def _dump_loaded_optimizer(path: str) -> None:
     import torch
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-    from agentrl.trainers.multistep import MultiStepTrainer
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
 
     load = MultiStepTrainer._load_optimizer_and_scheduler
 

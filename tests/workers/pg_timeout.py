@@ -14,7 +14,7 @@ import torch.distributed
 
 from agentrl import distributed as dist
 from agentrl.config import compose_config, typed
-from agentrl.trainers.multistep import grpo_config
+from agentrl.trainers.settings import grpo_config
 
 
 def main(out: str, seconds: str) -> None:

@@ -34,7 +34,7 @@ def _dump_loaded_optimizer(path: str) -> None:
     partition: the base optimizer's Adam moments) to `<path>.<rank>`."""
     import torch
 
-    from agentrl.trainers.multistep import MultiStepTrainer
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
 
     load = MultiStepTrainer._load_optimizer_and_scheduler
 

@@ -1,0 +1,183 @@
+"""One iteration's rows: its training seeds, its rollouts, the algorithm's credit, and its metrics.
+
+`Collector(iteration)` is the trainer's generation step before packing: it rolls out the iteration's
+groups of episodes with the training view of the policy (rollout.collect_groups: lockstep, dynamic
+sampling), hands them to the algorithm's credit assignment (agentrl/algos/<name>.py, with the critic's
+values when there is one) and returns the rows with advantages and the iteration's rollout metrics.
+Seeds are a hash of (run seed, iteration, group), so a resumed run replays an uninterrupted one's; with
+several processes each plays its own groups, and `merge_process_metrics` makes one row of their metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from agentrl.rollout import collect_groups, informative_group_count
+from agentrl.syncforward import synced_forwards
+from agentrl.trainers.critic import Critic
+from agentrl.types import Episode, StepSample
+
+TRAIN_SEED_LIMIT = 1_000_000  # training env seeds stay below eval.seed_offset's default
+
+#: one iteration's rows and its metrics, built by `collect(iteration)`
+Collect = Callable[[int], tuple[list[StepSample], dict[str, float]]]
+
+
+def training_seed(seed: int, iteration: int, group: int, limit: int = TRAIN_SEED_LIMIT) -> int:
+    """Deterministic env seed of one group: a hash of (global seed, iteration, group index), below
+    `limit`, so a resumed run replays exactly the seeds an uninterrupted run would have used."""
+    digest = hashlib.blake2b(f"{seed}:{iteration}:{group}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % limit
+
+
+def global_group(round_: int, group: int, groups: int, rank: int = 0, world: int = 1) -> int:
+    """Index of process `rank`'s group `group` (of `groups` per process) in rollout round `round_`,
+    numbered over all `world` processes: one process with 2B groups plays exactly the groups two
+    processes with B groups each play, and no two processes play the same one."""
+    return (round_ * world + rank) * groups + group
+
+
+def rollout_metrics(episodes: list[Episode], advantages: list[float]) -> dict[str, float]:
+    """Per-iteration statistics of the training rollouts (what the agent did with sampling on)."""
+    n = max(len(episodes), 1)
+    steps = sum(e.length for e in episodes)
+    adv = np.asarray(advantages, dtype=np.float64) if advantages else np.zeros(1)
+    groups = len({e.group_id for e in episodes})
+    return {
+        "train/success_rate": sum(e.success for e in episodes) / n,
+        "train/mean_return": sum(e.episode_return for e in episodes) / n,
+        "train/mean_length": steps / n,
+        "train/invalid_rate": sum(e.invalid_count for e in episodes) / max(steps, 1),
+        "train/untagged_rate": sum(e.untagged_count for e in episodes) / max(steps, 1),
+        "train/episodes": len(episodes),
+        "advantage/mean": float(adv.mean()),
+        "advantage/std": float(adv.std()),
+        "advantage/abs_mean": float(np.abs(adv).mean()),
+        "groups": groups,
+        "zero_variance_groups": groups - informative_group_count(episodes),
+    }
+
+
+#: per-process metrics that add up over processes; those in MAX_METRICS take the slowest process's
+#: value; the rest (rates, means) are weighted by the process's episodes
+SUM_METRICS = frozenset(
+    {
+        "train/episodes",
+        "groups",
+        "zero_variance_groups",
+        "samples",
+        "train_tokens",
+        "generated_tokens",
+        "episodes_kept",
+        "rollout_tokens_per_s",
+        "update_tokens_per_s",
+    }
+)
+MAX_METRICS = frozenset({"rollout_rounds", "rollout_s", "update_s", "iteration_s", "update_skipped"})
+
+
+def merge_process_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
+    """One iteration's metrics from every process's own (rank order) -> the run's: counts and throughputs
+    add up, times are the slowest process's, rates and means are weighted by episodes."""
+    if len(rows) == 1:
+        return rows[0]
+    weights = [max(float(r.get("train/episodes", 1)), 1e-9) for r in rows]
+    merged: dict[str, float] = {}
+    for key in rows[0]:
+        values = [r[key] for r in rows if key in r]
+        if key in SUM_METRICS:
+            merged[key] = sum(values)
+        elif key in MAX_METRICS:
+            merged[key] = max(values)
+        else:
+            pairs = [(r[key], w) for r, w in zip(rows, weights, strict=True) if key in r]
+            merged[key] = sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
+    return merged
+
+
+@dataclasses.dataclass
+class Collector:
+    """The `collect(iteration)` of `MultiStepTrainer`: this process's groups of episodes rolled out with
+    `agent` on `env()` (seeds from `seed`, below `seed_limit`), and the rows `spec`'s credit assignment
+    makes of them. `backend` is the rollout backend the trainer syncs with the trained weights before every
+    rollout (TRL's vLLM engine or a copy of the policy; None: the policy itself generates)."""
+
+    spec: Any  # agentrl.algos.AlgorithmSpec
+    algo: Any  # its typed config
+    env: Callable[[], Any]
+    agent: Any
+    model: Any  # the trained policy: a sharded one makes every process run as many forwards
+    seed: int
+    seed_limit: int = TRAIN_SEED_LIMIT
+    critic: Critic | None = None
+    pad_id: int = 0
+    reset_options: dict[str, Any] | None = None
+    rank: int = 0
+    world: int = 1
+    backend: Any = None
+
+    def __call__(self, iteration: int) -> tuple[list[StepSample], dict[str, float]]:
+        start = time.perf_counter()
+        episodes, rounds = self.rollout(iteration)
+        rollout_s = time.perf_counter() - start
+        return self.credit(iteration, episodes, rounds, rollout_s)
+
+    def rollout(self, iteration: int) -> tuple[list[Episode], int]:
+        """The iteration's groups of episodes and the rollout rounds they took (dynamic sampling)."""
+        if self.backend is not None:
+            # the engine gets the trained weights before every rollout (also the first: a resumed run's
+            # engine loaded the base weights from disk)
+            self.backend.sync_weights(step=iteration)
+        with synced_forwards(self.model):  # a sharded model: every process makes as many forward calls
+            episodes, rounds = collect_groups(
+                self.env,
+                self.agent,
+                group_seeds=lambda r: self.group_seeds(iteration, r),
+                group_size=self.algo.group_size,
+                agent_seed=lambda r: training_seed(self.seed, iteration, 10_000 + r * self.world + self.rank),
+                min_informative=self.algo.min_informative_groups,
+                max_rounds=self.algo.max_rollout_rounds,
+                reset_options=self.reset_options,
+            )
+        if hasattr(self.backend, "end_rollout"):
+            self.backend.end_rollout()  # vLLM sleep mode: the engine frees its memory for the update
+        return episodes, rounds
+
+    def group_seeds(self, iteration: int, round_: int) -> list[int]:
+        """The env seeds of this process's groups in rollout round `round_` of `iteration`."""
+        groups = self.algo.groups_per_iteration
+        return [
+            training_seed(
+                self.seed, iteration, global_group(round_, g, groups, self.rank, self.world), self.seed_limit
+            )
+            for g in range(groups)
+        ]
+
+    def credit(
+        self, iteration: int, episodes: list[Episode], rounds: int, rollout_s: float
+    ) -> tuple[list[StepSample], dict[str, float]]:
+        """The algorithm's rows with advantages, and the iteration's rollout metrics."""
+        rng = np.random.default_rng([self.seed, iteration, 7])
+        if self.critic is not None:
+            values = self.critic.evaluate(episodes, self.pad_id)
+            credit = self.spec.assign_credit(episodes, self.algo, rng, values=values)
+        else:
+            credit = self.spec.assign_credit(episodes, self.algo, rng)
+        generated = sum(len(s.completion_ids) for e in episodes for s in e.steps)
+        prompts = sum(len(s.prompt_ids) for e in episodes for s in e.steps)
+        metrics = rollout_metrics(episodes, credit.advantages)
+        metrics.update(
+            rollout_rounds=rounds,
+            episodes_kept=len(credit.kept),
+            rollout_s=rollout_s,
+            rollout_tokens_per_s=(generated + prompts) / max(rollout_s, 1e-9),
+            generated_tokens=generated,
+            **credit.stats,
+        )
+        return credit.samples, metrics

@@ -1,0 +1,151 @@
+"""Settings a training run resolves before the trainer exists: precision, the token budget per pass and
+TRL's config.
+
+`resolve_precision` turns `algo.precision=auto` into bf16-mixed or fp32 (on a CPU from its bf16 matrix
+instructions and a timing at the model's shapes, trainers/precision.py); `resolve_max_batch_tokens` turns
+`algo.max_batch_tokens=auto` into a bound on the LM-head positions per pass from free memory and the
+vocabulary; `grpo_config` maps the typed algo config onto TRL's `GRPOConfig` (one optimizer step per
+iteration).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from trl import GRPOConfig
+
+from agentrl import distributed as dist
+
+log = logging.getLogger(__name__)
+
+
+def resolve_precision(precision: str, device: str, shapes: tuple[int, int] | None = None) -> str:
+    """`algo.precision` on `device`: "auto" is bf16-mixed on CUDA; on a CPU it is bf16-mixed only where the
+    CPU has bf16 matrix instructions and bf16 wins at the model's layer `shapes` (agentrl/trainers/precision.py;
+    without `shapes`, fp32). Mixed precision keeps fp32 master weights, because a bf16 weight cannot take
+    an update below ~1/256 of its own size: at the paper's lr of 1e-6 almost every update would be
+    rounded away."""
+    if precision != "auto":
+        return precision
+    if device.startswith("cuda"):
+        return "bf16-mixed"
+    from agentrl.trainers.precision import cpu_auto_precision
+
+    choice, reason = cpu_auto_precision(shapes)
+    log.info("algo.precision=auto on the CPU: %s", reason)
+    return choice
+
+
+# bytes per LM-head position of one pass: fp32 logits, their log-softmax, the gradients of both, and the
+# entropy's exp (no grad)
+LOGIT_COPIES = 5
+AUTO_MEMORY_FRACTION = 0.2  # of the free memory when training starts; the rest: activations, rollouts
+
+
+def free_memory_bytes(device: str) -> int:
+    """Memory still free for tensors: the GPU's free memory on CUDA, else the system's available RAM."""
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def auto_token_budget(free_bytes: int, vocab_size: int, fraction: float = AUTO_MEMORY_FRACTION) -> int:
+    """LM-head positions per pass whose fp32 logits (with their gradients) fill `fraction` of `free_bytes`
+    (at least 1: a row larger than the budget still runs, as a pass of its own)."""
+    return max(1, int(free_bytes * fraction) // (LOGIT_COPIES * 4 * vocab_size))
+
+
+def resolve_max_batch_tokens(setting: int | str | None, model: Any, device: str) -> int | None:
+    """`algo.max_batch_tokens`: a number or null as given; "auto" from free memory and the vocabulary."""
+    if setting != "auto":
+        return setting  # type: ignore[return-value]
+    vocab = int(model.config.get_text_config().vocab_size)
+    free = free_memory_bytes(device)
+    budget = auto_token_budget(free, vocab)
+    log.info(
+        "algo.max_batch_tokens=auto: %d LM-head positions per pass (%.1f GiB free, vocabulary %d: "
+        "%.0f%% of it for fp32 logits and their gradients)",
+        budget,
+        free / 2**30,
+        vocab,
+        100 * AUTO_MEMORY_FRACTION,
+    )
+    return budget
+
+
+def cpu_precision_shapes(model_cfg: Any, algo: Any, device: str, world: int) -> tuple[int, int] | None:
+    """The layer sizes `resolve_precision` times bf16 at: only for `auto` on the CPU in one process (the
+    launcher of several resolves without a model, to fp32, and every process must agree with it). Logs
+    the CPU's bf16 matrix instructions whenever training runs on the CPU."""
+    if device.startswith("cuda"):
+        return None
+    from agentrl.trainers.precision import bf16_instructions, cpu_flags, describe_cpu, model_shapes
+
+    flags = cpu_flags()
+    log.info("CPU: %s", describe_cpu(flags))
+    if algo.precision in ("bf16-mixed", "bf16-pure") and not bf16_instructions(flags):
+        log.warning(
+            "algo.precision=%s on a CPU without bf16 matrix instructions: bf16 is likely slower than fp32",
+            algo.precision,
+        )
+    return model_shapes(model_cfg) if algo.precision == "auto" and world == 1 else None
+
+
+def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str = "fp32") -> GRPOConfig:
+    """TRL GRPOConfig from the typed algo config: one optimizer step per iteration, no TRL-side logging."""
+    scheduler = algo.lr_scheduler
+    if scheduler == "constant" and algo.warmup_steps > 0:
+        scheduler = "constant_with_warmup"  # transformers' "constant" ignores warmup_steps silently
+    cuda = device.startswith("cuda")
+    parts = algo.gradient_accumulation_steps
+    args = GRPOConfig(
+        # TRL turns gradient checkpointing on by default; on CPU it costs a second forward and disables
+        # the KV cache that the shared-prefix log-prob kernel relies on
+        activation_checkpointing=algo.gradient_checkpointing,
+        output_dir=str(run_dir),
+        max_steps=algo.iterations,
+        per_device_train_batch_size=2,  # placeholder rows; real rows come from rollouts
+        gradient_accumulation_steps=parts,
+        steps_per_generation=parts,
+        num_generations=2,
+        num_iterations=1,
+        learning_rate=algo.learning_rate,
+        lr_scheduler_type=scheduler,
+        warmup_steps=algo.warmup_steps,
+        weight_decay=algo.weight_decay,
+        max_grad_norm=algo.max_grad_norm,
+        adam_beta1=algo.adam_beta1,
+        adam_beta2=algo.adam_beta2,
+        beta=algo.beta,
+        epsilon=algo.epsilon,
+        epsilon_high=algo.epsilon_high,
+        loss_type=algo.loss_type,
+        entropy_coef=algo.entropy_coef,
+        # TRL recomputes log-probs as log_softmax(logits / temperature), like the sampler: keep them equal
+        temperature=algo.temperature,
+        bf16=precision == "bf16-mixed",  # autocast over fp32 weights (CPU autocast too)
+        use_cpu=not cuda,
+        logging_steps=1,
+        save_strategy="no",  # CheckpointEvery asks for saves at our cadence
+        report_to="none",
+        disable_tqdm=True,
+        seed=seed,
+        data_seed=seed,
+        remove_unused_columns=False,
+        log_completions=False,
+        dataloader_num_workers=0,
+        save_only_model=not algo.save_optimizer,
+        # DDP: every trainable parameter takes part in each forward (frozen layers do not require grad)
+        ddp_find_unused_parameters=False,
+        ddp_timeout=dist.PROCESS_GROUP_TIMEOUT_S,  # the process group already has it (ensure_process_group)
+        # TRL builds its reference model (beta > 0, full fine-tuning) with these, else in the policy's dtype
+        model_init_kwargs={"dtype": algo.ref_dtype} if getattr(algo, "ref_dtype", None) else None,
+    )
+    if cuda and not dist.launched():
+        dist.pin_one_device(args, device)
+    return args
