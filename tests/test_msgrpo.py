@@ -183,3 +183,24 @@ def test_assign_credit_samples_with_aaw_or_uniformly_as_configured():
         episodes, fraction=0.5, rng=np.random.default_rng(3)
     )
     assert all(i < 4 for i in kept())  # the zero-variance group is never trained on
+
+
+def test_fewer_informative_groups_than_the_minimum_give_no_rows():
+    """A single informative group among many equal-return groups would get a full optimizer step from a
+    handful of episodes: below `algo.min_informative_groups` the iteration has no rows."""
+    from agentrl.algos.msgrpo import assign_credit
+    from agentrl.config import compose_config, typed
+
+    one = [make_episode([r], 0) for r in (1.0, 1.0, 0.0, 1.0)]
+    equal = [make_episode([1.0], g) for g in range(1, 4) for _ in range(4)]
+    two = one + [make_episode([r], 9) for r in (0.0, 1.0, 1.0, 1.0)]
+
+    def rows(episodes: list[Episode], minimum: int) -> int:
+        algo = typed(
+            compose_config(["task=train", "algo=msgrpo", f"algo.min_informative_groups={minimum}"]).algo
+        )
+        return len(assign_credit(episodes, algo, np.random.default_rng(0)).samples)
+
+    assert rows(one + equal, 1) > 0
+    assert rows(one + equal, 2) == 0
+    assert rows(two + equal, 2) > 0

@@ -12,6 +12,11 @@ their output into the tensors TRL's clipped surrogate expects.
 - AAW                   train on K episodes drawn without replacement with p_i ∝ |A_i| + eps (the paper
                         leaves the exact form open; docs/algorithms.md#aaw); with eps = 0 only episodes
                         with A_i != 0 can be drawn, so fewer than K may be kept
+- Update minimum        fewer than `min_informative_groups` groups with unequal returns (after dynamic
+                        sampling's rounds): no rows, the iteration takes no step [ours]. Each group's
+                        advantages have unit std whatever its size, so one group alone gets a full
+                        Adam step from a handful of episodes; on a converged policy that one step
+                        can undo it (docs/algorithms.md#ms-grpo)
 """
 
 from __future__ import annotations
@@ -174,8 +179,12 @@ class Credit:
 def assign_credit(episodes: Sequence[Episode], algo: Any, rng: np.random.Generator) -> Credit:
     """MS-GRPO for one iteration: group advantages over episode returns, AAW (or, with
     `algo.aaw.enabled=false`, uniform) episode sampling, then every step of a kept episode becomes a row
-    carrying its episode's advantage. `algo` is the typed `algo` config (MSGRPOConfig)."""
+    carrying its episode's advantage; no rows when fewer than `algo.min_informative_groups` groups have
+    unequal returns. `algo` is the typed `algo` config (MSGRPOConfig)."""
     advantages = group_advantages(episodes, normalize_std=algo.normalize_std, eps=algo.eps)
+    informative = len(_groups(episodes)) - len(zero_variance_groups(episodes))
+    if informative < algo.min_informative_groups:
+        return Credit([], advantages, [])
     aaw = algo.aaw
     if aaw.enabled:
         keep = aaw_sample(episodes, advantages, fraction=aaw.fraction, count=aaw.count, rng=rng, eps=aaw.eps)

@@ -759,7 +759,10 @@ class LLMAlgoConfig(Schema):
         ge=1,
     )
     min_informative_groups: int = setting(
-        1, "roll out more groups while fewer than this many have non-zero return variance", ge=0
+        1,
+        "roll out more groups while fewer than this many have non-zero return variance; still fewer after"
+        " max_rollout_rounds: no update this iteration",
+        ge=0,
     )
     max_rollout_rounds: int = setting(1, "rollout rounds per iteration at most (dynamic sampling)", ge=1)
     learning_rate: float = setting(1.0e-6, "learning rate (full fine-tune lr of the 3B runs)", "code", gt=0)
