@@ -46,17 +46,31 @@ def shared_prefix_logps(
     unique, inverse = torch.unique(
         torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1), dim=0, return_inverse=True
     )
-    if len(unique) < len(input_ids):
-        width = input_ids.size(1)
-        logps, entropies = shared_prefix_logps(
-            model,
-            unique[:, :width],
-            unique[:, width:].to(attention_mask.dtype),
-            completion_length,
-            temperature,
-            compute_entropy,
+    if len(unique) == len(input_ids):
+        return _distinct_rows_logps(
+            model, input_ids, attention_mask, completion_length, temperature, compute_entropy
         )
-        return logps[inverse], entropies[inverse] if entropies is not None else None
+    width = input_ids.size(1)
+    logps, entropies = _distinct_rows_logps(
+        model,
+        unique[:, :width],
+        unique[:, width:].to(attention_mask.dtype),
+        completion_length,
+        temperature,
+        compute_entropy,
+    )
+    return logps[inverse], entropies[inverse] if entropies is not None else None
+
+
+def _distinct_rows_logps(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_length: int,
+    temperature: float,
+    compute_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`shared_prefix_logps` of rows that are all different."""
     prompt_length = input_ids.size(1) - completion_length
     prompt_ids, prompt_mask = input_ids[:, :prompt_length], attention_mask[:, :prompt_length]
     targets = input_ids[:, prompt_length:]

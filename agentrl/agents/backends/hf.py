@@ -301,7 +301,8 @@ class HFBackend(Backend):
                 pairs, context = torch.unique(context * logits.size(-1) + chosen, return_inverse=True)
                 parent, token = pairs // logits.size(-1), pairs % logits.size(-1)
                 cache.batch_select_indices(parent)
-                mask = torch.cat([mask[parent], torch.ones_like(mask[parent][:, :1])], dim=1)
+                mask = mask[parent]
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
                 position = position[parent] + 1
                 out = self.model(
                     input_ids=token[:, None],
