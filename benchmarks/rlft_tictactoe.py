@@ -9,9 +9,13 @@ Runs, one after another, each through the runner itself (`python -m agentrl.cli`
    greedy, with rationales: `base_random/`, `base_mcts/`);
 2. `eval agent=random` against both opponents with the preset's env (a reference row: `random_random/`,
    `random_mcts/`);
-3. `train experiment=rlft_tictactoe algo.time_limit_minutes=<--minutes>` (`train/`); its final greedy eval
-   on the same `--episodes` eval seeds is the trained model against the random opponent;
-4. `eval from_run=<out>/train env.opponent=mcts` (`trained_mcts/`).
+3. `train experiment=rlft_tictactoe_warmup` (`warmup/`): the format warm-up, TRL's SFTTrainer on random
+   legal moves written with the templated rationale the strict parser reads; its final greedy eval on the
+   same eval seeds is the "format warm-up" row against the random opponent;
+4. `train experiment=rlft_tictactoe init_from=<out>/warmup algo.time_limit_minutes=<--minutes>` (`train/`;
+   without `init_from` when the warm-up step is not run and `warmup/` holds no complete run); its final
+   greedy eval on the same `--episodes` eval seeds is the trained model against the random opponent;
+5. `eval from_run=<out>/train env.opponent=mcts` (`trained_mcts/`).
 
 Two returns are reported, both mean ± stderr over the games: `return`, eval.json's `mean_return` (the game
 result plus the -5 penalty of each unusable answer, what training maximises), and `game return`, the
@@ -44,6 +48,7 @@ from rlft_bandit import (  # noqa: E402 - the shared runner helpers
     ROOT,
     BenchmarkError,
     change,
+    complete,
     display_path,
     fmt,
     preset_env_overrides,
@@ -55,13 +60,15 @@ from rlft_bandit import (  # noqa: E402 - the shared runner helpers
 
 PRESET = "rlft_tictactoe"
 OPPONENTS = ("random", "mcts")
-STEPS = ("random_random", "random_mcts", "base_random", "base_mcts", "train", "trained_mcts")
+STEPS = ("random_random", "random_mcts", "base_random", "base_mcts", "warmup", "train", "trained_mcts")
+WARMUP = "rlft_tictactoe_warmup"
 #: not run by default: the trained model against the random opponent through `eval from_run=` (for a
 #: training run that was stopped before its own final eval; then it replaces train/eval.json)
 EXTRA_STEPS = ("trained_random",)
 #: run directory -> (model label, opponent)
 RUNS = {
     "base_random": ("base model", "random"),
+    "warmup": ("format warm-up", "random"),
     "train": ("RLFT-trained", "random"),
     "base_mcts": ("base model", "mcts"),
     "trained_mcts": ("RLFT-trained", "mcts"),
@@ -214,8 +221,8 @@ def plot(rows: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    models = [("base model", "C0"), ("RLFT-trained", "C3"), ("random agent", "0.5")]
-    width = 0.26
+    models = [("base model", "C0"), ("format warm-up", "C1"), ("RLFT-trained", "C3"), ("random agent", "0.5")]
+    width = 0.2
     for ax, key, ylabel in (
         (axes[0], "return", "return (game result, -5 per unusable answer)"),
         (axes[1], "game_return", "game return (win - loss)"),
@@ -225,7 +232,7 @@ def plot(rows: dict[str, dict[str, Any]], path: Path) -> None:
             for j, opponent in enumerate(OPPONENTS):
                 match = [r for r in rows.values() if r["model"] == model and r["opponent"] == opponent]
                 if match:
-                    xs.append(j + (i - 1) * width)
+                    xs.append(j + (i - 1.5) * width)
                     ys.append(match[0][key]["mean"])
                     es.append(match[0][key]["stderr"])
             if xs:
@@ -309,7 +316,22 @@ def main(argv: list[str] | None = None) -> int:
                 out,
                 args.threads,
             )
+        if "warmup" in args.steps:
+            run_step(
+                "warmup",
+                [
+                    "train",
+                    f"experiment={WARMUP}",
+                    *common,
+                    f"algo.torch_threads={args.threads}",
+                    "algo.eval_before=false",  # the base model's rows are base_*/
+                    *routed["llm"],
+                ],
+                out,
+                args.threads,
+            )
         if "train" in args.steps:
+            init = [f"init_from={out / 'warmup'}"] if complete(out / "warmup") else []
             run_step(
                 "train",
                 [
@@ -320,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"algo.time_limit_minutes={args.minutes}",
                     f"algo.iterations={args.iterations}",
                     f"algo.torch_threads={args.threads}",
-                    "algo.eval_before=false",  # the base model's rows are base_*/
+                    "algo.eval_before=false",  # the base model's rows are base_*/, the warm-up's warmup/
+                    *init,
                     *routed["train"],
                 ],
                 out,

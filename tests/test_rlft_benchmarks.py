@@ -145,7 +145,27 @@ def test_tictactoe_summary(tmp_path: Path) -> None:
     assert targets["game_return_vs_random_rises"]["change"] == pytest.approx(0.6)
     assert targets["game_return_vs_random_rises"]["met"]
     assert not targets["game_return_vs_mcts_rises"]["met"]
-    assert set(summary["missing"]) == {"random_random", "random_mcts"}
+    assert set(summary["missing"]) == {"random_random", "random_mcts", "warmup"}
     md = (tmp_path / "summary.md").read_text()
     assert "| RLFT-trained | random | 50 |" in md
     assert (tmp_path / "results" / "rlft_tictactoe.png").stat().st_size > 10_000
+
+
+def test_tictactoe_training_starts_from_a_complete_warmup(tmp_path: Path, monkeypatch) -> None:
+    """The train step runs `init_from=<out>/warmup` when the warm-up run is complete, and without it
+    otherwise (the warm-up row is then missing from the table)."""
+    calls: dict[str, list[str]] = {}
+
+    def fake_run_step(name: str, args: list[str], out: Path, threads: int) -> Path:
+        calls[name] = args
+        _write(out / name, _ttt_eval(0.5, 0.2, 0.3))
+        (out / name / "status.json").write_text(json.dumps({"status": "complete"}))
+        return out / name
+
+    monkeypatch.setattr(rlft_tictactoe, "run_step", fake_run_step)
+    assert rlft_tictactoe.main(["--out", str(tmp_path / "a"), "--steps", "train"]) == 0
+    assert not any(a.startswith("init_from=") for a in calls["train"])
+    assert rlft_tictactoe.main(["--out", str(tmp_path / "b"), "--steps", "warmup", "train"]) == 0
+    assert "experiment=rlft_tictactoe_warmup" in calls["warmup"]
+    assert f"init_from={tmp_path / 'b' / 'warmup'}" in calls["train"]
+    assert "| format warm-up | random | 50 |" in (tmp_path / "b" / "summary.md").read_text()
