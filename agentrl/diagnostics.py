@@ -27,22 +27,25 @@ then writes `decision_diagnostics` to eval.json under `diagnostics`. Definitions
   judged.
 
 Tic-tac-toe (`tictactoe_diagnostics`; an episode qualifies when its final info carries `step_boards`, the
-board before each agent move, and `state["agent_mark"]`) has no arms and means; each move is judged
-against perfect play instead. The *optimal moves* of a position are those of highest perfect-play value
-for the agent with the opponent playing to win (`envs/tictactoe.py perfect_moves`, the planner's
-negamax: a win beats a draw beats a loss, a sooner win a later one, a later loss a sooner one).
+board before each agent move, and `state["agent_mark"]`) has no arms and means: each move is judged
+against perfect play. The *optimal moves* of a position are those of highest perfect-play value for the
+agent, the opponent playing to win (`envs/tictactoe.py perfect_moves`, the planner's negamax: a win beats
+a draw beats a loss, a sooner win a later one, a later loss a sooner one). A step is *decisive* when some
+legal move is not optimal (every opening move draws, and a last free cell is no choice).
 
-- **optimal_move_rate**: over every agent step of any agent, the share whose answer was valid and whose
-  move is optimal (an invalid answer, whose fallback move the env played, counts as not optimal);
+- **optimal moves**: over every agent step of any agent, the share whose answer was valid and whose move
+  is optimal (`optimal_move_rate`; an invalid answer, whose fallback the env played, is no optimal
+  move), and the same over the decisive steps (`decisive_optimal_move_rate`: a random agent scores the
+  others for free);
 - **knowing-doing gap** (steps whose completion has a rationale, `has_rationale`): *judged* are the
-  steps whose answer was valid (the env played the model's own move) and where some legal move is not
-  optimal (where every one is, as on the empty board or with one cell left, naming any is no
-  knowledge). `listed_moves` reads the cells a rationale lists as the legal moves ("The valid actions
-  are 1, 3, 5", "Legal moves: 2, 4 and 9"); `move_from_rationale` reads the cell it picks
-  (`parse_rationale`'s cue tiers over the nine cells: "I choose 5", "I will play 7", "the best move is
-  3"; else the last legal cell it names). A judged step *reads the board* when its list equals the
-  legal moves exactly (judged among the steps that list them), is *knowing* when the picked cell is
-  optimal, *doing* when the executed move is optimal, and *agrees* when the two are the same cell.
+  decisive steps whose answer was valid (the env played the model's own move). `listed_moves` reads the
+  cells a rationale lists as the legal moves ("The valid actions are 1, 3, 5", "Legal moves: 2, 4 and
+  9"), `move_from_rationale` the cell it picks (`parse_rationale`'s cue tiers over the nine cells: "I
+  choose 5", "I will play 7", "the best move is 3"; else the last legal cell it names). A judged step
+  *reads the board* when its list equals the legal moves exactly (`reads_board_rate` is over the judged
+  steps that list them), is *knowing* when the picked cell is optimal, *doing* when the executed move is
+  optimal, and *agrees* when the two are one cell: `knowing_rate`, `doing_rate`, `doing_given_knowing`,
+  `doing_given_not_knowing`, `agreement_rate`, `parse_rate` and the counts.
 """
 
 from __future__ import annotations
@@ -516,12 +519,12 @@ def move_from_rationale(text: str, legal: Sequence[str]) -> tuple[str | None, st
 
 def tictactoe_diagnostics(episodes: Sequence[Episode]) -> dict[str, Any] | None:
     """The JSON-able move diagnostics of the tic-tac-toe episodes (None when there are none): `steps`,
-    `optimal_moves` and `optimal_move_rate` over every agent step and, when any step carries a
-    rationale, `knowing_doing` (see the module doc)."""
+    `optimal_moves` and `optimal_move_rate` over every agent step, the same over the decisive steps and,
+    when any step carries a rationale, `knowing_doing` (see the module doc)."""
     usable = [(e, data) for e in episodes if e.steps and (data := game_boards(e)) is not None]
     if not usable:
         return None
-    optimal = 0
+    moves = dict.fromkeys(("steps", "optimal_moves", "decisive_steps", "decisive_optimal_moves"), 0)
     kd: dict[str, Any] = {
         "steps_with_rationale": 0,
         "judged": 0,
@@ -540,20 +543,23 @@ def tictactoe_diagnostics(episodes: Sequence[Episode]) -> dict[str, Any] | None:
     }
     for episode, (mark, boards) in usable:
         for step, board in zip(episode.steps, boards, strict=True):
+            legal = [CELL_NAMES[i] for i in empty_cells(board)]
             best = {CELL_NAMES[i] for i in perfect_moves(board, mark)}
             move = CELL_NAMES[int(step.action)]
-            optimal += step.valid and move in best
+            optimal, decisive = step.valid and move in best, len(best) < len(legal)
+            moves["steps"] += 1
+            moves["optimal_moves"] += optimal
+            moves["decisive_steps"] += decisive
+            moves["decisive_optimal_moves"] += optimal and decisive
             text = step.generation.completion_text if step.generation is not None else ""
             if has_rationale(text):
                 kd["steps_with_rationale"] += 1
-                legal = [CELL_NAMES[i] for i in empty_cells(board)]
                 _judge_move(kd, step.valid, text, legal, best, move)
-    steps = sum(e.length for e, _ in usable)
     out: dict[str, Any] = {
         "episodes": len(usable),
-        "steps": steps,
-        "optimal_moves": optimal,
-        "optimal_move_rate": _share(optimal, steps),
+        **moves,
+        "optimal_move_rate": _share(moves["optimal_moves"], moves["steps"]),
+        "decisive_optimal_move_rate": _share(moves["decisive_optimal_moves"], moves["decisive_steps"]),
     }
     if kd["steps_with_rationale"]:
         out["knowing_doing"] = {

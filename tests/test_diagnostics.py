@@ -349,6 +349,7 @@ def test_tictactoe_fallback_and_trivial_steps_are_not_judged():
     assert kd["knowing_rate"] is None and kd["lists_moves"] == 0
     # the fallback landed on the winning cell, but an invalid answer is no optimal move of the agent
     assert (d["optimal_moves"], d["optimal_move_rate"]) == (1, 0.5)
+    assert (d["decisive_steps"], d["decisive_optimal_move_rate"]) == (1, 0.0)
 
 
 def test_tictactoe_rationale_that_misreads_the_board():
@@ -373,13 +374,18 @@ def test_tictactoe_optimal_move_rate_of_a_game():
     as_o = [("O...X...X", 3), ("O...X...X", 2)]  # 3 and 7 hold the draw; 2 loses
     d = tictactoe_diagnostics([game(as_x), game(as_o, mark="O")])
     assert (d["episodes"], d["steps"], d["optimal_moves"], d["optimal_move_rate"]) == (2, 6, 3, 0.5)
+    # the opening is not decisive
+    assert (d["decisive_steps"], d["decisive_optimal_moves"], d["decisive_optimal_move_rate"]) == (5, 2, 0.4)
     assert "knowing_doing" not in d
     bandit = episode([0.5, 0.4], [(0, 1.0)])  # no boards: not a game
     assert tictactoe_diagnostics([bandit]) is None and diagnostics_section([game(as_o, mark="O")]) == {
         "episodes": 1,
         "steps": 2,
         "optimal_moves": 1,
+        "decisive_steps": 2,
+        "decisive_optimal_moves": 1,
         "optimal_move_rate": 0.5,
+        "decisive_optimal_move_rate": 0.5,
     }
 
 
