@@ -25,6 +25,27 @@ then writes `decision_diagnostics` to eval.json under `diagnostics`. Definitions
   is not UCB-optimal but is an empirically best arm (greediness above). Steps whose answer was invalid
   (the env executed a fallback arm) and steps where every arm is UCB-optimal (the first pull) are not
   judged.
+
+Tic-tac-toe (`tictactoe_diagnostics`; an episode qualifies when its final info carries `step_boards`, the
+board before each agent move, and `state["agent_mark"]`) has no arms and means: each move is judged
+against perfect play. The *optimal moves* of a position are those of highest perfect-play value for the
+agent, the opponent playing to win (`envs/tictactoe.py perfect_moves`, the planner's negamax: a win beats
+a draw beats a loss, a sooner win a later one, a later loss a sooner one). A step is *decisive* when some
+legal move is not optimal (every opening move draws, and a last free cell is no choice).
+
+- **optimal moves**: over every agent step of any agent, the share whose answer was valid and whose move
+  is optimal (`optimal_move_rate`; an invalid answer, whose fallback the env played, is no optimal
+  move), and the same over the decisive steps (`decisive_optimal_move_rate`: a random agent scores the
+  others for free);
+- **knowing-doing gap** (steps whose completion has a rationale, `has_rationale`): *judged* are the
+  decisive steps whose answer was valid (the env played the model's own move). `listed_moves` reads the
+  cells a rationale lists as the legal moves ("The valid actions are 1, 3, 5", "Legal moves: 2, 4 and
+  9"), `move_from_rationale` the cell it picks (`parse_rationale`'s cue tiers over the nine cells: "I
+  choose 5", "I will play 7", "the best move is 3"; else the last legal cell it names). A judged step
+  *reads the board* when its list equals the legal moves exactly (`reads_board_rate` is over the judged
+  steps that list them), is *knowing* when the picked cell is optimal, *doing* when the executed move is
+  optimal, and *agrees* when the two are one cell: `knowing_rate`, `doing_rate`, `doing_given_knowing`,
+  `doing_given_not_knowing`, `agreement_rate`, `parse_rate` and the counts.
 """
 
 from __future__ import annotations
@@ -35,6 +56,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from agentrl.envs.tictactoe import empty_cells, perfect_moves
 from agentrl.types import Episode
 
 log = logging.getLogger(__name__)
@@ -452,28 +474,163 @@ def _curves(regret: list[list[float]], coverage: list[list[float]]) -> dict[str,
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# tic-tac-toe: optimal moves and the knowing-doing gap
+# ---------------------------------------------------------------------------------------------
+CELL_NAMES = tuple(str(i) for i in range(1, 10))
+#: a rationale that lists the legal moves: "The valid actions are 1, 3, 5", "Legal moves: [2, 4 and 9]"
+_LISTING = re.compile(
+    r"\b(?:valid|legal|available|possible|empty|open|free|remaining)\s+"
+    r"(?:actions?|moves?|cells?|squares?|spaces?|positions?|options?)\s*(?:are|is)?\s*:?\s*[\[(]?\s*"
+    r"([1-9](?:(?:\s*,\s*|\s+)(?:(?:and|or)\s+)?[1-9])*)\b",
+    re.IGNORECASE,
+)
+
+
+def game_boards(episode: Episode) -> tuple[str, list[list[str]]] | None:
+    """(the agent's mark, the board before each step) of a tic-tac-toe episode, else None: its final info
+    has `step_boards` (one 9-cell board per step, envs/tictactoe.py) and `state["agent_mark"]`."""
+    info = episode.final_info or {}
+    state = info.get("state") if isinstance(info.get("state"), dict) else {}
+    boards, mark = info.get("step_boards"), state.get("agent_mark")
+    if mark not in ("X", "O") or not isinstance(boards, (list, tuple)) or len(boards) != episode.length:
+        return None
+    if not all(isinstance(b, (list, tuple)) and len(b) == 9 for b in boards):
+        return None
+    return mark, [list(b) for b in boards]
+
+
+def listed_moves(text: str) -> set[str] | None:
+    """The cells a rationale lists as the legal moves (its last such list), or None when it lists none."""
+    found = _LISTING.findall(rationale_text(str(text)))
+    return set(re.findall(r"[1-9]", found[-1])) if found else None
+
+
+def move_from_rationale(text: str, legal: Sequence[str]) -> tuple[str | None, str]:
+    """(cell, rule) of the move a rationale says it picks: `parse_rationale`'s cue tiers over the nine
+    cells ("I choose 5", "I will play 7", "the best move is 3"), else (`fallback`) the last legal cell
+    it names; (None, `none`) when it names none."""
+    cell, rule = parse_rationale(text, CELL_NAMES, fallback=False)
+    if cell is not None:
+        return cell, rule
+    named = [n for s in _sentences(rationale_text(str(text))) for _, _, n in _mentions(s, legal)]
+    return (named[-1], "fallback") if named else (None, "none")
+
+
+def tictactoe_diagnostics(episodes: Sequence[Episode]) -> dict[str, Any] | None:
+    """The JSON-able move diagnostics of the tic-tac-toe episodes (None when there are none): `steps`,
+    `optimal_moves` and `optimal_move_rate` over every agent step, the same over the decisive steps and,
+    when any step carries a rationale, `knowing_doing` (see the module doc)."""
+    usable = [(e, data) for e in episodes if e.steps and (data := game_boards(e)) is not None]
+    if not usable:
+        return None
+    moves = dict.fromkeys(("steps", "optimal_moves", "decisive_steps", "decisive_optimal_moves"), 0)
+    kd: dict[str, Any] = {
+        "steps_with_rationale": 0,
+        "judged": 0,
+        "skipped_invalid": 0,
+        "skipped_trivial": 0,
+        "lists_moves": 0,
+        "reads_board": 0,
+        "parsed": 0,
+        "parsed_by": {},
+        "agree": 0,
+        "doing": 0,
+        "knowing": 0,
+        "knowing_doing": 0,
+        "not_knowing": 0,
+        "not_knowing_doing": 0,
+    }
+    for episode, (mark, boards) in usable:
+        for step, board in zip(episode.steps, boards, strict=True):
+            legal = [CELL_NAMES[i] for i in empty_cells(board)]
+            best = {CELL_NAMES[i] for i in perfect_moves(board, mark)}
+            move = CELL_NAMES[int(step.action)]
+            optimal, decisive = step.valid and move in best, len(best) < len(legal)
+            moves["steps"] += 1
+            moves["optimal_moves"] += optimal
+            moves["decisive_steps"] += decisive
+            moves["decisive_optimal_moves"] += optimal and decisive
+            text = step.generation.completion_text if step.generation is not None else ""
+            if has_rationale(text):
+                kd["steps_with_rationale"] += 1
+                _judge_move(kd, step.valid, text, legal, best, move)
+    out: dict[str, Any] = {
+        "episodes": len(usable),
+        **moves,
+        "optimal_move_rate": _share(moves["optimal_moves"], moves["steps"]),
+        "decisive_optimal_move_rate": _share(moves["decisive_optimal_moves"], moves["decisive_steps"]),
+    }
+    if kd["steps_with_rationale"]:
+        out["knowing_doing"] = {
+            **kd,
+            "reads_board_rate": _share(kd["reads_board"], kd["lists_moves"]),
+            "parse_rate": _share(kd["parsed"], kd["judged"]),
+            "knowing_rate": _share(kd["knowing"], kd["judged"]),
+            "doing_rate": _share(kd["doing"], kd["judged"]),
+            "doing_given_knowing": _share(kd["knowing_doing"], kd["knowing"]),
+            "doing_given_not_knowing": _share(kd["not_knowing_doing"], kd["not_knowing"]),
+            "agreement_rate": _share(kd["agree"], kd["judged"]),
+        }
+    return out
+
+
+def _judge_move(
+    kd: dict[str, Any], valid: bool, text: str, legal: list[str], best: set[str], move: str
+) -> None:
+    """Tally one tic-tac-toe step with a rationale into `kd` (see the module doc for what is judged)."""
+    if not valid:
+        kd["skipped_invalid"] += 1
+        return
+    if len(best) == len(legal):  # every legal move is optimal: naming any is no knowledge
+        kd["skipped_trivial"] += 1
+        return
+    kd["judged"] += 1
+    listed = listed_moves(text)
+    if listed is not None:
+        kd["lists_moves"] += 1
+        kd["reads_board"] += listed == set(legal)
+    pick, rule = move_from_rationale(text, legal)
+    if pick is not None:
+        kd["parsed"] += 1
+        kd["parsed_by"][rule] = kd["parsed_by"].get(rule, 0) + 1
+    doing = move in best
+    kd["agree"] += pick == move
+    kd["doing"] += doing
+    knowing = "knowing" if pick in best else "not_knowing"
+    kd[knowing] += 1
+    kd[f"{knowing}_doing"] += doing
+
+
 def diagnostics_section(episodes: Sequence[Episode], ucb_c: float | None = None) -> dict[str, Any] | None:
-    """eval.json's `diagnostics`: `decision_diagnostics`, or None for episodes of an env without decision
-    data. An error is logged, never raised: the diagnostics must not cost the evaluation its eval.json."""
+    """eval.json's `diagnostics`: `decision_diagnostics` for a bandit-like env, `tictactoe_diagnostics`
+    for tic-tac-toe, else None. An error is logged, never raised: the diagnostics must not cost the
+    evaluation its eval.json."""
     try:
-        return decision_diagnostics(episodes, ucb_c=ucb_c)
+        found = decision_diagnostics(episodes, ucb_c=ucb_c)
+        return found if found is not None else tictactoe_diagnostics(episodes)
     except Exception:  # noqa: BLE001 - see the docstring
         log.exception("decision diagnostics failed; eval.json is written without them")
         return None
 
 
 __all__ = [
+    "CELL_NAMES",
     "DEFAULT_UCB_C",
     "FREQUENCY_BINS",
     "decision_data",
     "decision_diagnostics",
     "diagnostics_section",
     "empirical_best_arms",
+    "game_boards",
     "has_rationale",
     "has_decision_data",
+    "listed_moves",
     "most_frequent_arms",
+    "move_from_rationale",
     "parse_rationale",
     "rationale_text",
+    "tictactoe_diagnostics",
     "ucb_arm_from_rationale",
     "ucb_optimal_arms",
 ]

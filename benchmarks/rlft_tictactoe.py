@@ -19,8 +19,11 @@ Runs, one after another, each through the runner itself (`python -m agentrl.cli`
 
 Two returns are reported, both mean ± stderr over the games: `return`, eval.json's `mean_return` (the game
 result plus the -5 penalty of each unusable answer, what training maximises), and `game return`, the
-result alone (+1 win, 0 draw, -1 loss: win rate - loss rate). It writes `summary.json`, `summary.md` and
-`rlft_tictactoe.png` into `--out`.
+result alone (+1 win, 0 draw, -1 loss: win rate - loss rate). Beside them, from eval.json's `diagnostics`
+(agentrl/diagnostics.py), the share of optimal moves and the knowing-doing figures of the rationales:
+`knowing` (the rationale picks an optimal move) and `doing given knowing` (the move then played is
+optimal); summary.json's rows also carry decisive_optimal_move_rate, reads_board_rate, doing_rate and
+agreement_rate. It writes `summary.json`, `summary.md` and `rlft_tictactoe.png` into `--out`.
 
     .venv/bin/python benchmarks/rlft_tictactoe.py                                 # 35 min of training
     .venv/bin/python benchmarks/rlft_tictactoe.py --minutes 10 algo.learning_rate=2e-5
@@ -65,6 +68,15 @@ WARMUP = "rlft_tictactoe_warmup"
 #: not run by default: the trained model against the random opponent through `eval from_run=` (for a
 #: training run that was stopped before its own final eval; then it replaces train/eval.json)
 EXTRA_STEPS = ("trained_random",)
+#: the knowing-doing figures a row carries (eval.json `diagnostics.knowing_doing`)
+KNOWING_DOING = (
+    "judged",
+    "reads_board_rate",
+    "knowing_rate",
+    "doing_rate",
+    "doing_given_knowing",
+    "agreement_rate",
+)
 #: run directory -> (model label, opponent)
 RUNS = {
     "base_random": ("base model", "random"),
@@ -109,7 +121,18 @@ def row_of(data: dict[str, Any]) -> dict[str, Any]:
         "loss_rate": data.get("mean_loss_rate"),
         "invalid_rate": data.get("invalid_rate"),
         "untagged_rate": data.get("untagged_rate"),
+        **move_figures(data),
     }
+
+
+def move_figures(data: dict[str, Any]) -> dict[str, Any]:
+    """eval.json's move diagnostics (agentrl/diagnostics.py `tictactoe_diagnostics`): the share of optimal
+    moves and the knowing-doing figures of the rationales; None where the eval predates them or has no
+    rationales."""
+    d = data.get("diagnostics") if isinstance(data.get("diagnostics"), dict) else {}
+    kd = d.get("knowing_doing") if isinstance(d.get("knowing_doing"), dict) else {}
+    moves = {k: d.get(k) for k in ("optimal_move_rate", "decisive_optimal_move_rate")}
+    return {**moves, **{k: kd.get(k) for k in KNOWING_DOING}}
 
 
 def run_eval_path(out: Path, name: str) -> Path:
@@ -174,10 +197,15 @@ def markdown(summary: dict[str, Any]) -> str:
         f"Same {first['episodes']} held-out games (eval seeds of seed={first['seed']}) for every row; the agent "
         "plays X and moves first; greedy LLM decoding with rationales (`experiment=rlft_tictactoe`, trained "
         "against the random opponent). `return`: eval.json's mean_return (game result plus -5 per unusable "
-        "answer); `game return`: win rate - loss rate. Mean ± stderr over games.",
+        "answer); `game return`: win rate - loss rate. Mean ± stderr over games. `optimal moves`: the share of "
+        "the agent's moves that perfect play would make (an invalid answer counts as none); `knowing`: over "
+        "the valid answers with a rationale in positions where some move is not optimal, the share whose "
+        "rationale picks an optimal move; `doing given knowing`: of those, the share that then play an optimal "
+        "move (agentrl/diagnostics.py; `-`: no rationales, or an eval without these figures).",
         "",
-        "| model | opponent | n | return | game return | win | draw | loss | invalid rate | untagged rate |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | opponent | n | return | game return | win | draw | loss | invalid rate | untagged rate |"
+        " optimal moves | knowing | doing given knowing |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in RUNS:
         if name not in rows:
@@ -186,7 +214,8 @@ def markdown(summary: dict[str, Any]) -> str:
         lines.append(
             f"| {r['model']} | {r['opponent']} | {r['episodes']} | {fmt(r['return'], 2)} | {fmt(r['game_return'], 2)} |"
             f" {share(r['win_rate'])} | {share(r['draw_rate'])} | {share(r['loss_rate'])} | {share(r['invalid_rate'])} |"
-            f" {share(r.get('untagged_rate'))} |"
+            f" {share(r.get('untagged_rate'))} | {share(r.get('optimal_move_rate'))} |"
+            f" {share(r.get('knowing_rate'))} | {share(r.get('doing_given_knowing'))} |"
         )
     training = summary.get("training")
     if training:

@@ -18,11 +18,15 @@ from agentrl.agents.llm import LLMAgent, TextInterface
 from agentrl.cli import app
 from agentrl.diagnostics import (
     decision_diagnostics,
+    diagnostics_section,
     empirical_best_arms,
     has_decision_data,
     has_rationale,
+    listed_moves,
     most_frequent_arms,
+    move_from_rationale,
     parse_rationale,
+    tictactoe_diagnostics,
     ucb_arm_from_rationale,
     ucb_optimal_arms,
 )
@@ -300,3 +304,133 @@ def test_eval_json_and_report(tmp_path):
     planner = next(s for s in summaries if s.group.agent == "planner")
     assert planner.regret[0][-1] == pytest.approx(d["final_regret"]["mean"])
     assert math.isclose(planner.regret[1][-1], d["final_regret"]["stderr"], rel_tol=1e-5)
+
+
+# ---- tic-tac-toe: optimal moves and the knowing-doing gap ----------------------------------------
+def game(moves: list[tuple[str, int] | tuple[str, int, str, bool]], mark: str = "X") -> Episode:
+    """A tic-tac-toe episode: (board before the move as 9 chars, "." empty, cell played 1-9[, completion
+    text, valid]) per agent step."""
+    steps, boards = [], []
+    for move in moves:
+        board, cell = move[0], move[1]
+        text = move[2] if len(move) > 2 else None
+        gen = Generation("PROMPT", text, [], []) if text is not None else None
+        valid = move[3] if len(move) > 3 else True
+        steps.append(Step("obs", cell - 1, str(cell), valid, 0.0, 0.0, gen))
+        boards.append(["" if c == "." else c for c in board])
+    info = {"step_boards": boards, "state": {"board": boards[-1], "agent_mark": mark, "to_move": ""}}
+    return Episode(seed=0, steps=steps, terminated=True, final_info=info)
+
+
+#: X (to move) has 1 and 2 and wins at 3; O has 4 and 5 and threatens 6
+FORCED_WIN = "XX.OO...."
+
+
+def test_tictactoe_knows_the_winning_cell_but_plays_another():
+    text = "<think>The valid actions are 3, 6, 7, 8, 9. I choose 3.</think>\n<action>6</action>"
+    d = tictactoe_diagnostics([game([(FORCED_WIN, 6, text)])])
+    kd = d["knowing_doing"]
+    assert (d["steps"], d["optimal_moves"], d["optimal_move_rate"]) == (1, 0, 0.0)
+    assert (kd["judged"], kd["knowing"], kd["doing"], kd["knowing_doing"], kd["agree"]) == (1, 1, 0, 0, 0)
+    assert kd["knowing_rate"] == 1.0 and kd["doing_rate"] == 0.0 and kd["doing_given_knowing"] == 0.0
+    assert kd["agreement_rate"] == 0.0 and kd["reads_board_rate"] == 1.0
+    assert kd["parsed_by"] == {"intent": 1} and kd["doing_given_not_knowing"] is None
+
+
+def test_tictactoe_fallback_and_trivial_steps_are_not_judged():
+    moves = [
+        (".........", 5, "<think>The valid actions are 1, 2, 3. I choose 5.</think>"),  # every move draws
+        (FORCED_WIN, 3, "I think maybe the top right corner", False),  # the env played its fallback
+    ]
+    d = tictactoe_diagnostics([game(moves)])
+    kd = d["knowing_doing"]
+    assert (kd["steps_with_rationale"], kd["judged"]) == (2, 0)
+    assert (kd["skipped_trivial"], kd["skipped_invalid"]) == (1, 1)
+    assert kd["knowing_rate"] is None and kd["lists_moves"] == 0
+    # the fallback landed on the winning cell, but an invalid answer is no optimal move of the agent
+    assert (d["optimal_moves"], d["optimal_move_rate"]) == (1, 0.5)
+    assert (d["decisive_steps"], d["decisive_optimal_move_rate"]) == (1, 0.0)
+
+
+def test_tictactoe_rationale_that_misreads_the_board():
+    legal = ["3", "6", "7", "8", "9"]
+    wrong = "<think>Legal moves: 3, 4 and 7. I will play 3.</think><action>3</action>"
+    assert listed_moves(wrong) == {"3", "4", "7"} and move_from_rationale(wrong, legal) == ("3", "intent")
+    assert listed_moves("no list here: 3 is best") is None
+    assert move_from_rationale("<think>Maybe 1 or 9, but 7 looks good</think>", legal) == ("7", "fallback")
+    moves = [(FORCED_WIN, 3, wrong), (FORCED_WIN, 3, "<think>The best move is 3.</think><action>3</action>")]
+    kd = tictactoe_diagnostics([game(moves)])["knowing_doing"]
+    assert (kd["judged"], kd["lists_moves"], kd["reads_board"], kd["reads_board_rate"]) == (2, 1, 0, 0.0)
+    assert kd["knowing_rate"] == kd["doing_given_knowing"] == kd["agreement_rate"] == 1.0
+
+
+def test_tictactoe_optimal_move_rate_of_a_game():
+    as_x = [
+        (".........", 5),  # every opening move draws under perfect play: all are optimal
+        ("X.O.X.O..", 2),  # 2 still wins by force, but 9 wins now: a slower win is not optimal
+        (FORCED_WIN, 3),  # the win
+        (FORCED_WIN, 7),  # O then wins at 6
+    ]
+    as_o = [("O...X...X", 3), ("O...X...X", 2)]  # 3 and 7 hold the draw; 2 loses
+    d = tictactoe_diagnostics([game(as_x), game(as_o, mark="O")])
+    assert (d["episodes"], d["steps"], d["optimal_moves"], d["optimal_move_rate"]) == (2, 6, 3, 0.5)
+    # the opening is not decisive
+    assert (d["decisive_steps"], d["decisive_optimal_moves"], d["decisive_optimal_move_rate"]) == (5, 2, 0.4)
+    assert "knowing_doing" not in d
+    bandit = episode([0.5, 0.4], [(0, 1.0)])  # no boards: not a game
+    assert tictactoe_diagnostics([bandit]) is None and diagnostics_section([game(as_o, mark="O")]) == {
+        "episodes": 1,
+        "steps": 2,
+        "optimal_moves": 1,
+        "decisive_steps": 2,
+        "decisive_optimal_moves": 1,
+        "optimal_move_rate": 0.5,
+        "decisive_optimal_move_rate": 0.5,
+    }
+
+
+def test_tictactoe_eval_json_has_the_move_diagnostics(tmp_path):
+    from agentrl.agents.baselines import PlannerAgent, RandomAgent
+
+    make_env = env_factory({"name": "tictactoe", "opponent": "random"})
+    for name, agent in (("random", RandomAgent()), ("planner", PlannerAgent("tictactoe"))):
+        metrics, episodes = evaluate(make_env, agent, [1, 2, 3, 4])
+        write_eval(tmp_path / name, metrics, episodes, env="tictactoe", agent=name)
+        d = json.loads((tmp_path / name / "eval.json").read_text())["diagnostics"]
+        assert d["episodes"] == 4 and d["steps"] == sum(e.length for e in episodes)
+        assert "knowing_doing" not in d and "curves" not in d
+        if name == "planner":
+            assert d["optimal_move_rate"] == 1.0
+        else:
+            assert 0.0 < d["optimal_move_rate"] < 1.0
+
+
+class NamesFirstPlaysLast(Backend):
+    """A chat backend that reads the legal moves off the board it is shown, writes the warm-up's
+    rationale naming the first of them and answers with the last."""
+
+    chat_input = True
+
+    def generate(self, prompts, sampling, *, seed=None):
+        raise NotImplementedError
+
+    def generate_chat(self, conversations, sampling, *, prefill="", seed=None):
+        replies = []
+        for _, user in conversations:
+            legal = user["content"].rsplit("Legal moves: ", 1)[1].split("\n")[0].split(", ")
+            think = f"<think>The valid actions are {', '.join(legal)}. I choose {legal[0]}.</think>"
+            replies.append((f"{think}\n<action>{legal[-1]}</action>", [], None))
+        return replies
+
+
+def test_tictactoe_llm_rationales_through_evaluation(tmp_path):
+    agent = LLMAgent(TextInterface(cot=True), NamesFirstPlaysLast())
+    metrics, episodes = evaluate(env_factory({"name": "tictactoe"}), agent, [5, 6, 7])
+    write_eval(tmp_path, metrics, episodes, env="tictactoe", agent="llm")
+    kd = json.loads((tmp_path / "eval.json").read_text())["diagnostics"]["knowing_doing"]
+    steps = sum(e.length for e in episodes)
+    assert kd["steps_with_rationale"] == steps and kd["skipped_invalid"] == 0
+    assert kd["judged"] + kd["skipped_trivial"] == steps and kd["judged"] > 0
+    # every list is the board the agent was shown; a pick is never the move when there is a choice
+    assert kd["reads_board_rate"] == 1.0 and kd["parsed_by"] == {"intent": kd["judged"]}
+    assert kd["agreement_rate"] == 0.0

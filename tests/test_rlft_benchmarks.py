@@ -169,3 +169,21 @@ def test_tictactoe_training_starts_from_a_complete_warmup(tmp_path: Path, monkey
     assert "experiment=rlft_tictactoe_warmup" in calls["warmup"]
     assert f"init_from={tmp_path / 'b' / 'warmup'}" in calls["train"]
     assert "| format warm-up | random | 50 |" in (tmp_path / "b" / "summary.md").read_text()
+
+
+def test_tictactoe_summary_shows_the_move_diagnostics_and_dashes_for_old_evals(tmp_path: Path) -> None:
+    kd = {"judged": 40, "knowing_rate": 0.5, "doing_given_knowing": 0.25, "reads_board_rate": 0.9}
+    base = {**_ttt_eval(0.4, 0.1, 0.5), "diagnostics": {"optimal_move_rate": 0.3, "knowing_doing": kd}}
+    _write(tmp_path / "base_random", base)
+    _write(
+        tmp_path / "random_random", {**_ttt_eval(0.5, 0.2, 0.3), "diagnostics": {"optimal_move_rate": 0.35}}
+    )
+    _write(tmp_path / "train", _ttt_eval(0.7, 0.1, 0.2))  # an eval.json written before the diagnostics
+    summary = rlft_tictactoe.summarize(tmp_path)
+    assert summary["runs"]["base_random"]["reads_board_rate"] == 0.9
+    assert summary["runs"]["train"]["optimal_move_rate"] is None
+    md = (tmp_path / "summary.md").read_text()
+    assert "| optimal moves | knowing | doing given knowing |" in md
+    assert "| base model | random | 50 |" in md and "| 0.300 | 0.500 | 0.250 |\n" in md
+    assert "| random agent | random | 50 |" in md and "| 0.350 | - | - |\n" in md
+    assert "| - | - | - |\n" in md.split("| RLFT-trained | random |")[1]

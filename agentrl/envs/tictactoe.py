@@ -4,9 +4,11 @@ The agent plays `agent_mark` ("X" moves first; if the agent is "O" the opponent 
 Actions are the cells "1".."9", numbered row by row; ``info["valid_actions"]`` lists the empty cells.
 Reward +1 win, 0 draw, -1 loss. An occupied cell (only raw index users such as DQN can send one; the LLM
 agent filters invalid answers first) ends the episode as a loss with ``info["illegal_move"] = True``.
-``info["outcome"]`` is "win", "draw", "loss" or "" (game on); ``info["episode_metrics"]`` holds 0/1
-indicators ``win_rate``, ``draw_rate``, ``loss_rate``, ``illegal_move_rate`` that evaluation averages
-into rates (named as rates so a share of games lost never reads as a training loss).
+``info["outcome"]`` is "win", "draw", "loss" or "" (game on); ``info["step_boards"]`` is the board before
+each agent move of the episode so far (agentrl/diagnostics.py judges each move from it);
+``info["episode_metrics"]`` holds 0/1 indicators ``win_rate``, ``draw_rate``, ``loss_rate``,
+``illegal_move_rate`` that evaluation averages into rates (named as rates so a share of games lost never
+reads as a training loss).
 
 The game logic lives here as plain functions so the planner (agents/planning_games.py) can reuse the
 perfect player without environments importing agents:
@@ -199,6 +201,7 @@ class TicTacToeEnv(TextEnv):
         self.last_opponent_move: int | None = None
         self.outcome = ""  # "", "win", "draw", "loss"
         self.illegal_move = False
+        self.step_boards: list[list[str]] = []  # the board before each agent move
 
     # ---- episode dynamics ----------------------------------------------------------------------
     def _reset(self, options: dict) -> None:
@@ -206,6 +209,7 @@ class TicTacToeEnv(TextEnv):
         self.last_opponent_move = None
         self.outcome = ""
         self.illegal_move = False
+        self.step_boards = []
         if self.agent_mark == "O":
             self._opponent_moves()
 
@@ -224,6 +228,7 @@ class TicTacToeEnv(TextEnv):
         if self.outcome:
             raise RuntimeError("the tic-tac-toe game is over; call reset() first")
         self.last_opponent_move = None
+        self.step_boards.append(list(self.board))
         if self.board[index]:
             self.outcome, self.illegal_move = "loss", True
             return -1.0, True, False, {}
@@ -247,6 +252,7 @@ class TicTacToeEnv(TextEnv):
         info = super()._info(success)
         info["outcome"] = self.outcome
         info["illegal_move"] = self.illegal_move
+        info["step_boards"] = [list(b) for b in self.step_boards]
         # Per-episode outcome indicators; evaluation.py averages them into win/draw/loss rates.
         info["episode_metrics"] = {
             "win_rate": float(self.outcome == "win"),
