@@ -3,6 +3,7 @@ backend against a real local HTTP server that serves chat completions with the t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -560,3 +561,48 @@ def test_one_token_answers_reuse_logits_until_the_weights_change(monkeypatch):
     fresh = HFBackend(model, tokenizer).generate(prompts, greedy)
     assert [lp[0] for _, lp in after] == pytest.approx([lp[0] for _, lp in fresh], abs=1e-4)
     assert [ids for ids, _ in after] == [ids for ids, _ in fresh]
+
+
+def _autocast_like_accelerate(model):
+    """What accelerate's `prepare_model` does to the forward under mixed precision (accelerator.py): keep
+    the plain forward as `_original_forward`, wrap the forward in bf16 autocast."""
+    import types
+
+    model._original_forward = model.forward
+    model.forward = types.MethodType(torch.autocast("cpu", dtype=torch.bfloat16)(model.forward.__func__), model)
+    return model
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_mixed_precision_generation_casts_each_weight_once_per_call(share):
+    """Under a forward wrapped in autocast, a whole generation call casts each trained weight to bf16
+    once, not once per decoded token, and generates what the wrapped forward alone generates."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
+    model = _autocast_like_accelerate(model)
+    model.train()
+    weights = {p.data_ptr() for p in model.parameters() if p.dim() == 2}
+    casts: list[int] = []
+
+    class CountCasts(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in weights:
+                casts.append(args[0].data_ptr())
+            return func(*args, **kwargs)
+
+    backend = HFBackend(model, tokenizer, share_prompts=share)
+    prompts = [list(range(100, 120)) + p for p in ([5, 6, 7, 8], [9, 10])]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=6)
+    with CountCasts():
+        got = backend.generate(prompts, greedy)
+    assert casts and max(casts.count(ptr) for ptr in set(casts)) == 1
+    assert model.training
+    # the same tokens as with autocast per forward call (no outer context)
+    backend._weight_casts = lambda: contextlib.nullcontext()
+    with CountCasts():
+        casts.clear()
+        expected = backend.generate(prompts, greedy)
+    assert max(casts.count(ptr) for ptr in set(casts)) > 1  # the per-token casts the test counts
+    assert [ids for ids, _ in got] == [ids for ids, _ in expected]
