@@ -441,7 +441,7 @@ class HFCopyBackend(HFBackend):
 
     The trainer keeps fp32 weights (algo.precision fp32 or bf16-mixed), and generation with them runs in
     fp32. A bf16 forward is several times faster on a GPU and on a CPU with AMX or AVX512-BF16, and
-    autocast does not recover that for generation: it re-casts every weight at every decoded token. So a
+    autocast over fp32 weights still casts the whole model once per generation call. So a
     bf16 copy generates, refreshed from the trained weights before every rollout (`sync_weights`, a
     parameter-wise copy), and the update corrects for the copy's numerics with TRL's importance-sampling
     ratio, as for rollouts from vLLM. Generation with a stale copy is refused: between an optimizer step
