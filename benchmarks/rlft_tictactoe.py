@@ -30,6 +30,9 @@ agreement_rate. It writes `summary.json`, `summary.md` and `rlft_tictactoe.png` 
     .venv/bin/python benchmarks/rlft_tictactoe.py --summarize outputs/bench/rlft_tictactoe
     .venv/bin/python benchmarks/rlft_tictactoe.py --steps train        # one step (two invocations on one
                                                                  # --out may run different steps)
+    .venv/bin/python benchmarks/rlft_tictactoe.py --steps warmup_random   # re-evaluate the warm-up
+                                         # (trained_random: the trained model) into its own directory,
+                                         # which then replaces the row's eval.json in the table
 
 Extra arguments are Hydra overrides: `env.*` ones go to every run, `agent.*`/`model.*` to the LLM runs,
 everything else to the training run only. A step whose run directory holds a complete eval.json is
@@ -65,9 +68,12 @@ PRESET = "rlft_tictactoe"
 OPPONENTS = ("random", "mcts")
 STEPS = ("random_random", "random_mcts", "base_random", "base_mcts", "warmup", "train", "trained_mcts")
 WARMUP = "rlft_tictactoe_warmup"
-#: not run by default: the trained model against the random opponent through `eval from_run=` (for a
-#: training run that was stopped before its own final eval; then it replaces train/eval.json)
-EXTRA_STEPS = ("trained_random",)
+#: not run by default: the trained (warm-up) model against the random opponent through `eval from_run=`
+#: (for a training run stopped before its own final eval, or whose eval predates a figure of the table);
+#: then it replaces train/eval.json (warmup/eval.json)
+EXTRA_STEPS = ("trained_random", "warmup_random")
+#: row -> the extra step whose eval replaces the row's own
+REPLACEMENTS = {"train": "trained_random", "warmup": "warmup_random"}
 #: the knowing-doing figures a row carries (eval.json `diagnostics.knowing_doing`)
 KNOWING_DOING = (
     "judged",
@@ -136,9 +142,10 @@ def move_figures(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_eval_path(out: Path, name: str) -> Path:
-    """eval.json of a row; the trained-vs-random row is trained_random/ when that exists, else train/."""
-    if name == "train" and (out / "trained_random" / "eval.json").is_file():
-        return out / "trained_random" / "eval.json"
+    """eval.json of a row: its replacement's (`REPLACEMENTS`) when that exists, else its own."""
+    extra = REPLACEMENTS.get(name)
+    if extra and (out / extra / "eval.json").is_file():
+        return out / extra / "eval.json"
     return out / name / "eval.json"
 
 
@@ -375,6 +382,13 @@ def main(argv: list[str] | None = None) -> int:
                     *init,
                     *routed["train"],
                 ],
+                out,
+                args.threads,
+            )
+        if "warmup_random" in args.steps:
+            run_step(
+                "warmup_random",
+                ["eval", f"from_run={out / 'warmup'}", "env.opponent=random", *common, *routed["all"]],
                 out,
                 args.threads,
             )

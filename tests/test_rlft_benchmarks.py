@@ -187,3 +187,11 @@ def test_tictactoe_summary_shows_the_move_diagnostics_and_dashes_for_old_evals(t
     assert "| base model | random | 50 |" in md and "| 0.300 | 0.500 | 0.250 |\n" in md
     assert "| random agent | random | 50 |" in md and "| 0.350 | - | - |\n" in md
     assert "| - | - | - |\n" in md.split("| RLFT-trained | random |")[1]
+
+
+def test_tictactoe_rows_take_a_re_evaluation_when_there_is_one(tmp_path: Path) -> None:
+    _write(tmp_path / "warmup", _ttt_eval(0.5, 0.2, 0.3))
+    assert rlft_tictactoe.run_eval_path(tmp_path, "warmup") == tmp_path / "warmup" / "eval.json"
+    _write(tmp_path / "warmup_random", _ttt_eval(0.6, 0.2, 0.2))
+    assert rlft_tictactoe.run_eval_path(tmp_path, "warmup") == tmp_path / "warmup_random" / "eval.json"
+    assert rlft_tictactoe.summarize(tmp_path)["runs"]["warmup"]["win_rate"] == 0.6
