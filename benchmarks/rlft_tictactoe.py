@@ -72,6 +72,12 @@ WARMUP = "rlft_tictactoe_warmup"
 #: (for a training run stopped before its own final eval, or whose eval predates a figure of the table);
 #: then it replaces train/eval.json (warmup/eval.json)
 EXTRA_STEPS = ("trained_random", "warmup_random")
+#: steps that evaluate a run of this benchmark again: step -> (run directory, opponent)
+EVALS_OF_RUNS = {
+    "warmup_random": ("warmup", "random"),
+    "trained_random": ("train", "random"),
+    "trained_mcts": ("train", "mcts"),
+}
 #: row -> the extra step whose eval replaces the row's own
 REPLACEMENTS = {"train": "trained_random", "warmup": "warmup_random"}
 #: the knowing-doing figures a row carries (eval.json `diagnostics.knowing_doing`)
@@ -385,27 +391,10 @@ def main(argv: list[str] | None = None) -> int:
                 out,
                 args.threads,
             )
-        if "warmup_random" in args.steps:
-            run_step(
-                "warmup_random",
-                ["eval", f"from_run={out / 'warmup'}", "env.opponent=random", *common, *routed["all"]],
-                out,
-                args.threads,
-            )
-        if "trained_random" in args.steps:
-            run_step(
-                "trained_random",
-                ["eval", f"from_run={out / 'train'}", "env.opponent=random", *common, *routed["all"]],
-                out,
-                args.threads,
-            )
-        if "trained_mcts" in args.steps:
-            run_step(
-                "trained_mcts",
-                ["eval", f"from_run={out / 'train'}", "env.opponent=mcts", *common, *routed["all"]],
-                out,
-                args.threads,
-            )
+        for name, (run, opponent) in EVALS_OF_RUNS.items():
+            if name in args.steps:
+                eval_args = ["eval", f"from_run={out / run}", f"env.opponent={opponent}"]
+                run_step(name, [*eval_args, *common, *routed["all"]], out, args.threads)
         print(f"all steps done in {(time.perf_counter() - start) / 60:.1f} min", flush=True)
         summarize(out, args.results)
     except BenchmarkError as exc:
