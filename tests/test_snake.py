@@ -341,3 +341,65 @@ def test_instructions_state_the_tail_and_enemy_rules_the_game_applies():
     layout(env, snake=[[5, 5], [5, 6], [6, 6], [6, 5]], apples=[[9, 0]])  # a 2x2 loop
     assert env.step("down")[2] is False  # into the tail end, which moves away
     assert "enemy" not in make_env("snake", opponent=False).instructions.lower()
+
+
+def test_summary_view_states_the_apple_direction_and_each_move_s_outcome():
+    env = make_env("snake", size=6, poison_apples=1, view="summary")
+    # Head (2,2) heading right, body (2,1),(2,0); enemy head (0,2); apple (4,5); poison below the head.
+    obs, _ = layout(
+        env,
+        snake=[[2, 2], [2, 1], [2, 0]],
+        direction="right",
+        opponent=[[0, 2]],
+        apples=[[4, 5]],
+        poison=[[3, 2]],
+    )
+    assert obs.splitlines() == [
+        "Your snake: head at (row 2, col 2), length 3, last move right.",
+        "Nearest apple: 2 rows down and 3 columns right of your head.",
+        "Nearest poison apple: 1 row down of your head.",
+        "Enemy snake's head: 2 rows up of your head.",
+        "Moves: up is safe (next to the enemy's head); down is safe (eats a poison apple); "
+        "left is deadly (your body); right is safe.",
+    ]
+    assert "Board:" not in obs and "Symbols:" not in env.instructions
+    assert "what each move would run into" in env.instructions
+    layout(env, snake=[[0, 5]], direction="up", apples=[[1, 5]])
+    assert env.render_text().splitlines()[-1] == (
+        "Moves: up is deadly (the wall); down is safe (eats the apple); left is safe; right is deadly (the wall)."
+    )
+    obs, reward, terminated, *_ = env.step(0)
+    assert terminated and reward == -1.0
+    assert obs.splitlines()[-1] == "Your snake died: it hit the wall." and "Moves:" not in obs
+    both = make_env("snake", view="board+summary")
+    obs, _ = both.reset(seed=0)
+    assert "Board:" in obs and "Moves: " in obs and "Symbols:" in both.instructions
+    assert make_env("snake").reset(seed=0)[0] == obs.split("\nYour snake: head")[0]  # board part unchanged
+    with pytest.raises(ConfigError, match="board, summary, board"):
+        make_env("snake", view="grid")
+
+
+def test_summary_view_agrees_with_the_numeric_view_on_random_boards():
+    env = make_env("snake", view="summary", start_length=3, poison_apples=1)
+    rng = np.random.default_rng(0)
+    checked = 0
+    for seed in range(20):
+        obs, _ = env.reset(seed=seed)
+        for _ in range(15):
+            f = env.numeric_observation()
+            moves = obs.splitlines()[-1].removeprefix("Moves: ").rstrip(".").split("; ")
+            for k, (name, text) in enumerate(zip(env.action_names, moves, strict=True)):
+                assert text.startswith(f"{name} is ")
+                assert ("deadly" in text) == bool(f[k]), (obs, f)
+                if not f[k]:  # a deadly move names only its cause
+                    assert ("next to the enemy's head" in text) == bool(f[4 + k])
+                    assert ("poison" in text) == bool(f[8 + k])
+            apple = obs.splitlines()[1]
+            for k, word in enumerate(("up", "down", "left", "right")):
+                assert (f" {word}" in apple) == bool(f[12 + k]), (apple, f[12:16])
+            checked += 1
+            safe = [k for k in range(4) if not f[k]] or [0]
+            obs, _, terminated, truncated, _ = env.step(int(rng.choice(safe)))
+            if terminated or truncated:
+                break
+    assert checked > 100

@@ -376,6 +376,12 @@ class SnakeConfig(EnvSchema):
     poison_apples: int = setting(0, "poison apples (X) on the board; eating one gives poison_reward", ge=0)
     poison_reward: float = setting(-1.0, "reward for eating a poison apple (stated in the instructions)")
     start_length: int = setting(1, "cells per snake at the start (1 = head only); at most size/2", ge=1)
+    view: str = setting(
+        "board",
+        "observation text: the board with coordinates [paper], a summary of the apple's direction and "
+        "what each move runs into [ours], or both",
+        choices=("board", "summary", "board+summary"),
+    )
 
     def check(self, prefix: str) -> None:
         if self.start_length > self.size // 2:

@@ -42,6 +42,13 @@ Cell = tuple[int, int]
 #: heading name -> (row delta, col delta); "up" decreases the row (row 0 is the top).
 DIRECTIONS: dict[str, Cell] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 
+#: what `render_text` shows: the board with coordinates (the seed paper's observation), a short
+#: summary of what lies around the head (the facts Snake's numeric view gives DQN, in words), or both.
+VIEWS = ("board", "summary", "board+summary")
+
+#: why a move would kill, for the summary view
+MOVE_DEATH_TEXT = {"wall": "the wall", "self": "your body", "opponent": "the enemy snake"}
+
 DEATH_TEXT = {
     "wall": "it hit the wall",
     "self": "it ran into its own body",
@@ -92,6 +99,7 @@ class SnakeEnv(TextEnv):
         poison_apples: int = 0,
         poison_reward: float = -1.0,
         start_length: int = 1,
+        view: str = "board",
         render_mode: str | None = None,
     ):
         if int(size) < 4:
@@ -104,6 +112,8 @@ class SnakeEnv(TextEnv):
             )
         if int(max_steps) < 1:
             raise ConfigError(f"snake max_steps must be >= 1, got {max_steps}")
+        if view not in VIEWS:
+            raise ConfigError(f"snake view must be one of {', '.join(VIEWS)}, got {view!r}")
         super().__init__(render_mode=render_mode)
         self.size = int(size)
         self.n_apples = int(apples)
@@ -113,6 +123,7 @@ class SnakeEnv(TextEnv):
         self.n_poison = int(poison_apples)
         self.poison_reward = float(poison_reward)
         self.start_length = int(start_length)
+        self.view = view
         self.apple_reward = 1.0
         self.death_reward = -1.0
         self.steps_taken = 0
@@ -282,14 +293,24 @@ class SnakeEnv(TextEnv):
             f"columns 0 to {n - 1} from the left.",
             "Each move your snake's head goes one cell up (row - 1), down (row + 1), left (col - 1) or "
             "right (col + 1), and its body follows.",
-            (
-                "Symbols: 1 is your snake's head, 2 is the enemy snake's head, T is a body segment (yours or "
-                "the enemy's), A is an apple, "
-                if enemy
-                else "Symbols: 1 is your snake's head, T is a body segment, A is an apple, "
+        ]
+        if "board" in self.view:
+            lines.append(
+                (
+                    "Symbols: 1 is your snake's head, 2 is the enemy snake's head, T is a body segment (yours "
+                    "or the enemy's), A is an apple, "
+                    if enemy
+                    else "Symbols: 1 is your snake's head, T is a body segment, A is an apple, "
+                )
+                + ("X is a poison apple, " if self.n_poison else "")
+                + "_ is an empty cell."
             )
-            + ("X is a poison apple, " if self.n_poison else "")
-            + "_ is an empty cell.",
+        if "summary" in self.view:
+            lines.append(
+                "Each turn you are told where the nearest apple is from your head and what each move "
+                "would run into."
+            )
+        lines += [
             f"Eating an apple (A) gives +{self.apple_reward:g} and your snake grows by one segment.",
         ]
         if self.n_poison:
@@ -332,6 +353,8 @@ class SnakeEnv(TextEnv):
         for snake, mark in snakes:
             r, c = snake.head
             grid[r][c] = mark
+        if self.view == "summary":
+            return self._summary_text()
         lines = [
             f"Your snake (1): head at {self._cells_text([self.snake.head])}; "
             f"body: {self._cells_text(self.snake.cells[1:])}.",
@@ -348,9 +371,91 @@ class SnakeEnv(TextEnv):
             lines.append(f"Poison apples (X): {self._cells_text(self.poison)}.")
         lines.append("Board:")
         lines += [" ".join(row) for row in grid]
+        if self.view == "board+summary":
+            return "\n".join(lines) + "\n" + self._summary_text()
         if self.death is not None:
             lines.append(f"Your snake died: {DEATH_TEXT[self.death]}.")
         return "\n".join(lines)
+
+    @staticmethod
+    def _offset_text(target: Cell, head: Cell) -> str:
+        """Where `target` lies from `head` in words: "2 rows up and 3 columns right", "here"."""
+        dr, dc = target[0] - head[0], target[1] - head[1]
+        parts = []
+        if dr:
+            parts.append(f"{abs(dr)} row{'s' if abs(dr) > 1 else ''} {'up' if dr < 0 else 'down'}")
+        if dc:
+            parts.append(f"{abs(dc)} column{'s' if abs(dc) > 1 else ''} {'left' if dc < 0 else 'right'}")
+        return " and ".join(parts) or "here"
+
+    def _summary_text(self) -> str:
+        """What lies around the head, in words: the facts `numeric_observation` gives DQN."""
+        head = self.snake.head
+        lines = [
+            f"Your snake: head at {self._cells_text([head])}, length {len(self.snake.cells)}"
+            + (f", last move {self.snake.direction}." if len(self.snake.cells) > 1 else ".")
+        ]
+        if self.apples:
+            apple = self._nearest(self.apples)
+            lines.append(f"Nearest apple: {self._offset_text(apple, head)} of your head.")
+        else:
+            lines.append("Nearest apple: none on the board.")
+        if self.poison:
+            lines.append(
+                f"Nearest poison apple: {self._offset_text(self._nearest(self.poison), head)} of your head."
+            )
+        if self.opponent is not None:
+            lines.append(f"Enemy snake's head: {self._offset_text(self.opponent.head, head)} of your head.")
+        if self.death is not None:
+            lines.append(f"Your snake died: {DEATH_TEXT[self.death]}.")
+            return "\n".join(lines)
+        outcomes = []
+        for move, (death, near_enemy, poison, apple) in self._move_outcomes().items():
+            if death is not None:
+                text = f"deadly ({MOVE_DEATH_TEXT[death]})"
+            else:
+                notes = ["eats the apple"] if apple else []
+                notes += ["eats a poison apple"] if poison else []
+                notes += ["next to the enemy's head"] if near_enemy else []
+                text = "safe" + (f" ({', '.join(notes)})" if notes else "")
+            outcomes.append(f"{move} is {text}")
+        lines.append("Moves: " + "; ".join(outcomes) + ".")
+        return "\n".join(lines)
+
+    def _nearest(self, cells: list[Cell]) -> Cell:
+        head = self.snake.head
+        return min(cells, key=lambda a: abs(a[0] - head[0]) + abs(a[1] - head[1]))
+
+    def _blocked(self) -> tuple[set[Cell], set[Cell], set[Cell]]:
+        """(cells of the agent's body in the way, enemy cells, cells next to the enemy head)."""
+        body = self.snake.cells[1:]
+        # The tail leaves its cell this step unless the snake eats; with one body segment the tail is
+        # the neck, and reversing into the neck kills.
+        own = set(body[:-1] if len(body) >= 2 else body)
+        enemy: set[Cell] = set()
+        near_enemy: set[Cell] = set()
+        if self.opponent is not None:
+            enemy = set(self.opponent.cells)
+            near_enemy = {_step_cell(self.opponent.head, d) for d in DIRECTIONS}
+        return own, enemy, near_enemy
+
+    def _move_outcomes(self) -> dict[str, tuple[str | None, bool, bool, bool]]:
+        """Per move, in `action_names` order: (death cause or None, next to the enemy head, poison, apple)."""
+        own, enemy, near_enemy = self._blocked()
+        outcomes = {}
+        for name in self.action_names:
+            cell = _step_cell(self.snake.head, name)
+            death = (
+                "wall"
+                if not self._in_bounds(cell)
+                else "self"
+                if cell in own
+                else "opponent"
+                if cell in enemy
+                else None
+            )
+            outcomes[name] = (death, cell in near_enemy, cell in self.poison, cell in self.apples)
+        return outcomes
 
     def state(self) -> dict[str, Any]:
         opp = self.opponent
@@ -414,15 +519,8 @@ class SnakeEnv(TextEnv):
         """
         n = self.size
         head = self.snake.head
-        body = self.snake.cells[1:]
-        # The tail leaves its cell this step unless the snake eats; with one body segment the tail is
-        # the neck, and reversing into the neck kills.
-        blocked = set(body[:-1] if len(body) >= 2 else body)
-        near_enemy: set[Cell] = set()
-        if self.opponent is not None:
-            blocked |= set(self.opponent.cells)
-            near_enemy = {_step_cell(self.opponent.head, d) for d in DIRECTIONS}
-        free = {(r, c) for r in range(n) for c in range(n)} - blocked - {head}
+        own, enemy, near_enemy = self._blocked()
+        free = {(r, c) for r in range(n) for c in range(n)} - own - enemy - {head}
         component = _component_sizes(free)
         feats = np.zeros(self.N_FEATURES, dtype=np.float32)
         for k, name in enumerate(self.action_names):
@@ -433,7 +531,7 @@ class SnakeEnv(TextEnv):
             feats[8 + k] = float(cell in self.poison)
             feats[16 + k] = 0.0 if dies else component.get(cell, 0) / (n * n)
         if self.apples:
-            ar, ac = min(self.apples, key=lambda a: abs(a[0] - head[0]) + abs(a[1] - head[1]))
+            ar, ac = self._nearest(self.apples)
             feats[12:16] = [ar < head[0], ar > head[0], ac < head[1], ac > head[1]]
             feats[25] = (abs(ar - head[0]) + abs(ac - head[1])) / (2 * n)
         if self.snake.direction in self.action_names:
