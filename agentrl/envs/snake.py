@@ -341,6 +341,8 @@ class SnakeEnv(TextEnv):
         return ", ".join(f"(row {r}, col {c})" for r, c in cells) if cells else "none"
 
     def render_text(self) -> str:
+        if self.view == "summary":
+            return self._summary_text()
         grid = [["_"] * self.size for _ in range(self.size)]
         for r, c in self.apples:
             grid[r][c] = "A"
@@ -353,8 +355,6 @@ class SnakeEnv(TextEnv):
         for snake, mark in snakes:
             r, c = snake.head
             grid[r][c] = mark
-        if self.view == "summary":
-            return self._summary_text()
         lines = [
             f"Your snake (1): head at {self._cells_text([self.snake.head])}; "
             f"body: {self._cells_text(self.snake.cells[1:])}.",
