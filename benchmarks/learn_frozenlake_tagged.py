@@ -17,6 +17,7 @@ It prints one table (success, return, invalid_rate, untagged_rate per row) and w
 
     .venv/bin/python benchmarks/learn_frozenlake_tagged.py --out outputs/bench/frozenlake_tagged
     .venv/bin/python benchmarks/learn_frozenlake_tagged.py --steps warmup --out /tmp/x   # the warm-up only
+    .venv/bin/python benchmarks/learn_frozenlake_tagged.py --steps --out /tmp/x          # only the summary
 """
 
 from __future__ import annotations
@@ -54,6 +55,31 @@ def row(metrics: dict) -> dict:
     return {k: metrics.get(k) for k in KEYS}
 
 
+def curve(run_dir: Path) -> list[str]:
+    """Markdown lines: greedy success at the periodic evals of the MS-GRPO run (minutes since it started)
+    and the last iteration that took an optimizer step."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    metrics = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    evals = [m for m in metrics if m.get("eval/success_rate") is not None]
+    stepped = [m["iteration"] for m in metrics if m.get("samples", 0) > 0]
+    lines = [
+        "",
+        "Greedy success on the fixed map at the periodic evals of the MS-GRPO run:",
+        "",
+        "| iteration | " + " | ".join(str(m["iteration"]) for m in evals) + " |",
+        "|---|" + "---|" * len(evals),
+        "| greedy success | " + " | ".join(f"{m['eval/success_rate']:g}" for m in evals) + " |",
+        "| minutes since the run started | " + " | ".join(f"{m['time_s'] / 60:.1f}" for m in evals) + " |",
+        "",
+        f"{len(metrics)} iterations; {len(stepped)} took an optimizer step"
+        + (f", the last at iteration {stepped[-1]}" if stepped else "")
+        + " (an iteration with fewer than `algo.min_informative_groups` groups of unequal returns takes none).",
+    ]
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -69,7 +95,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     common = [f"seed={args.seed}", *overrides]
     rows: dict[str, dict] = {}
-    minutes: dict[str, float] = {}
+    previous = out / "summary.json"  # the minutes of steps run earlier into this --out
+    minutes: dict[str, float] = json.loads(previous.read_text())["minutes"] if previous.is_file() else {}
 
     warmup = out / "warmup"
     if "warmup" in args.steps:
@@ -114,6 +141,7 @@ def main() -> None:
         ),
         "",
         f"minutes: {json.dumps({k: round(v, 1) for k, v in minutes.items()})}",
+        *curve(trained),
     ]
     (out / "summary.json").write_text(json.dumps({"rows": rows, "minutes": minutes}, indent=2) + "\n")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
