@@ -161,14 +161,9 @@ def test_snake_learn_trains_one_iteration_with_the_tiny_model(run_dir):
 def test_the_benchmarks_trained_model_is_a_run_the_transfer_presets_evaluate(tmp_path):
     """benchmarks/learn_snake.py writes the run's .hydra/ beside its trained model: `agentrl eval
     experiment=transfer_snake_to_frozenlake from_run=<out>/llm` plays that model with its own prefill."""
-    import importlib.util
-
     from agentrl.run import trained_model
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "learn_snake.py"
-    spec = importlib.util.spec_from_file_location("learn_snake", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _learn_snake_module()
     overrides = ["task=train", "algo=msgrpo", "experiment=snake_learn", "model=tiny-random", "seed=0"]
     llm = tmp_path / "llm"
     bench.save_run_config(llm, compose_config(overrides), overrides)
@@ -179,6 +174,45 @@ def test_the_benchmarks_trained_model_is_a_run_the_transfer_presets_evaluate(tmp
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "frozenlake" in result.output and "prefill='The snake moves'" in result.output
+
+
+def _learn_snake_module():
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "learn_snake.py"
+    spec = importlib.util.spec_from_file_location("learn_snake", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_snake_target_needs_two_standard_errors_over_random_and_always_up():
+    bench = _learn_snake_module()
+
+    def agent(mean, stderr):
+        return {"mean_return": mean, "return_stderr": stderr}
+
+    rnd, up = agent(-1.06, 0.052), agent(-0.985, 0.034)
+    # beats random by more than its stderr but is "always up": the old rule's letter, not the target
+    ok, text = bench.verdict({"llm_after": agent(-0.985, 0.034), "random": rnd, "always_up": up})
+    assert ok is False and "NOT MET" in text
+    # 2 SE of the difference to always-up is 2 * hypot(0.05, 0.034) = 0.121
+    ok, _ = bench.verdict({"llm_after": agent(-0.87, 0.05), "random": rnd, "always_up": up})
+    assert ok is False
+    ok, text = bench.verdict({"llm_after": agent(-0.85, 0.05), "random": rnd, "always_up": up})
+    assert ok is True and text.startswith("MET")
+    assert bench.verdict({"random": rnd})[0] is None
+
+
+def test_snake_summary_preset_keeps_the_game_and_changes_the_observation():
+    summary = compose_config(["task=train", "experiment=snake_summary"])
+    board = compose_config(["task=train", "experiment=snake_learn"])
+    assert summary.env.view == "summary" and board.env.view == "board"
+    for key in ("size", "opponent", "max_steps", "step_penalty", "apples", "poison_apples"):
+        assert summary.env[key] == board.env[key], key
+    assert summary.eval.episodes == board.eval.episodes == 50
+    assert summary.agent.prefill == board.agent.prefill == "The snake moves"
+    assert summary.agent.invalid_rule == "random"
 
 
 if __name__ == "__main__":  # the subprocess of _measure
