@@ -16,7 +16,8 @@ curve), and copies the last two to `benchmarks/results/learn_snake{,_summary}.{m
 
     .venv/bin/python benchmarks/learn_snake.py                       # 60-minute training budget
     .venv/bin/python benchmarks/learn_snake.py --minutes 40 --out outputs/bench/learn_snake
-    .venv/bin/python benchmarks/learn_snake.py --preset snake_summary --minutes 40 --threads 2
+    .venv/bin/python benchmarks/learn_snake.py --preset snake_summary --warmup --minutes 40 --threads 2
+    .venv/bin/python benchmarks/learn_snake.py ... --reuse outputs/bench/learn_snake   # baselines, DQN, base LLM
     .venv/bin/python benchmarks/learn_snake.py --minutes 5 --episodes 10 --dqn-steps 5000 algo.learning_rate=1e-5
     .venv/bin/python benchmarks/learn_snake.py --summarize outputs/bench/learn_snake   # rebuild md + png
 
@@ -47,6 +48,8 @@ import numpy as np
 RESULTS = Path(__file__).resolve().parent / "results"
 #: preset -> the name of its md/png copies in RESULTS
 RESULT_NAMES = {"snake_learn": "learn_snake", "snake_summary": "learn_snake_summary"}
+#: rows `--reuse` may take from an earlier run of this script (they do not depend on the training)
+REUSABLE = ("random", "always_up", "planner", "dqn", "llm_before")
 ORDER = ("random", "always_up", "llm_before", "llm_after", "dqn", "planner")
 LABELS = {
     "random": "random",
@@ -134,6 +137,23 @@ def default_action_agent() -> Any:
     return DefaultActionAgent()
 
 
+def run_warmup(preset: str, seed: int, threads: int, out: Path) -> tuple[Path, float]:
+    """`agentrl train experiment=<preset>_warmup` into out/warmup (log: out/warmup.log); (run, minutes)."""
+    import subprocess
+
+    run_dir = out / "warmup"
+    cmd = [sys.executable, "-m", "agentrl.cli", "train", f"experiment={preset}_warmup", f"seed={seed}"]
+    cmd.append(f"hydra.run.dir={run_dir}")
+    print(f"[warmup] agentrl {' '.join(cmd[3:])}", flush=True)
+    start = time.perf_counter()
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "AGENTRL_NO_PROGRESS": "1"}
+    with (out / "warmup.log").open("w") as log:
+        code = subprocess.call(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    if code != 0:
+        sys.exit(f"[warmup] exited {code}; see {out / 'warmup.log'}")
+    return run_dir, (time.perf_counter() - start) / 60
+
+
 def run(args: argparse.Namespace) -> Path:
     os.environ.setdefault("AGENTRL_NO_PROGRESS", "1")
     import torch
@@ -145,6 +165,7 @@ def run(args: argparse.Namespace) -> Path:
     from agentrl.envs import env_factory
     from agentrl.evaluation import eval_seeds, evaluate
     from agentrl.models import load_model, model_config
+    from agentrl.run import with_init_weights
     from agentrl.trainers.dqn import train_dqn
     from agentrl.trainers.multistep import train_llm
 
@@ -160,13 +181,21 @@ def run(args: argparse.Namespace) -> Path:
         "algo.checkpoint_every=0",
         *args.overrides,
     ]
-    cfg = compose_config(overrides)
-    seeds = eval_seeds(cfg)
-    make_env = env_factory(cfg.env)
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     out = args.out or Path("outputs") / "bench" / f"{stamp}_learn_snake_seed{args.seed}"
     out.mkdir(parents=True, exist_ok=True)
     print(f"output directory: {out}", flush=True)
+    warmup_minutes = None
+    if args.warmup:
+        warmup = out / "warmup"
+        if (warmup / "eval.json").is_file():  # done by an earlier call with this --out: its training time
+            warmup_minutes = json.loads((warmup / "eval.json").read_text())["train_time_s"] / 60
+        else:
+            warmup, warmup_minutes = run_warmup(args.preset, args.seed, args.threads, out)
+        overrides.append(f"init_from={warmup}")
+    cfg = compose_config(overrides)
+    seeds = eval_seeds(cfg)
+    make_env = env_factory(cfg.env)
     results: dict[str, Any] = {
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "overrides": overrides,
@@ -181,6 +210,16 @@ def run(args: argparse.Namespace) -> Path:
         "timing": {},
         "peak_rss_gb": {},
     }
+    if warmup_minutes is not None:
+        results["timing"]["warmup_minutes"] = round(warmup_minutes, 2)
+    earlier = json.loads((args.reuse / "results.json").read_text()) if args.reuse else {"agents": {}}
+    reused = {k: v for k, v in earlier["agents"].items() if k in REUSABLE}
+    if earlier.get("preset", "snake_learn") != args.preset:
+        reused.pop("llm_before", None)  # another interface: the base model plays again
+    for name, row in reused.items():
+        assert row["seeds"] == list(seeds), f"{name} in {args.reuse}: not the same eval seeds"
+        results["agents"][name] = {**row, "reused_from": str(args.reuse)}
+        print(f"{name:12s} reused from {args.reuse}", flush=True)
 
     def done(name: str, metrics: dict[str, Any], episodes: list[Any], **extra: Any) -> None:
         row = summarize_episodes(metrics, episodes)
@@ -201,11 +240,13 @@ def run(args: argparse.Namespace) -> Path:
         ("always_up", default_action_agent()),
         ("planner", PlannerAgent(cfg.env.name)),
     ):
+        if name in reused:
+            continue
         metrics, episodes = evaluate(make_env, agent, seeds, description=name, agent_seed=args.seed)
         done(name, metrics, episodes)
 
     # -- DQN on the same env and seeds --
-    if args.dqn_steps > 0:
+    if args.dqn_steps > 0 and "dqn" not in reused:
         env_overrides = [f"env.{k}={override_value(v)}" for k, v in cfg.env.items()]
         dqn_cfg = compose_config(
             [
@@ -234,22 +275,24 @@ def run(args: argparse.Namespace) -> Path:
         )
 
     # -- the LLM before training (the base model, the preset's interface, greedy) --
-    model, tokenizer = load_model(model_config(cfg.model))
-    agent = llm_eval_agent(cfg, model, tokenizer)
-    metrics, episodes = evaluate(
-        make_env, agent, seeds, lockstep=cfg.eval.lockstep, description="llm before", agent_seed=args.seed
-    )
-    done("llm_before", metrics, episodes)
-    del model, agent
-    gc.collect()
+    if "llm_before" not in reused:
+        model, tokenizer = load_model(model_config(cfg.model))
+        agent = llm_eval_agent(cfg, model, tokenizer)
+        metrics, episodes = evaluate(
+            make_env, agent, seeds, lockstep=cfg.eval.lockstep, description="llm before", agent_seed=args.seed
+        )
+        done("llm_before", metrics, episodes)
+        del model, agent
+        gc.collect()
 
     # -- MS-GRPO training, then the same eval (train_llm runs it) --
     save_run_config(out / "llm", cfg, overrides)
     start = time.perf_counter()
-    trained = train_llm(cfg, out / "llm")
+    trained = train_llm(with_init_weights(cfg), out / "llm")
     wall = time.perf_counter() - start
     rows = read_metrics(out / "llm")
     results["timing"] = {
+        **results["timing"],
         "iterations": len(rows),
         "train_time_s": trained.extra.get("train_time_s"),
         "train_plus_eval_s": round(wall, 1),
@@ -346,7 +389,7 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         up_diff, _ = gap(agents["always_up"], agents["random"]) if "random" in agents else (float("nan"), 0)
         same = agents["llm_after"]["returns"] == agents["always_up"]["returns"]
         lines.append(
-            f'Control: playing "up" every move (what an LLM that answers only invalidly plays) scores '
+            f'Control: playing "up" every move (the env\'s default action) scores '
             f"{agents['always_up']['mean_return']:+.3f} ± {agents['always_up']['return_stderr']:.3f}, "
             f"{up_diff:+.3f} over random by itself; trained LLM - always up: {diff:+.3f} ± {err:.3f}"
             + (
@@ -377,6 +420,12 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                 if updated
                 else "."
             ),
+        ]
+    if timing.get("warmup_minutes") is not None:
+        lines += [
+            "",
+            f"Format warm-up first (`experiment={results.get('preset')}_warmup`, SFT on random valid moves): "
+            f"{timing['warmup_minutes']:.1f} min; MS-GRPO started from it.",
         ]
     if timing:
         lines += [
@@ -542,6 +591,18 @@ def main() -> None:
         default="snake_learn",
         choices=tuple(RESULT_NAMES),
         help="the experiment preset trained (snake_summary: observations in words, not the board)",
+    )
+    parser.add_argument(
+        "--warmup",
+        action="store_true",
+        help="first run experiment=<preset>_warmup (SFT on random valid moves) into OUT/warmup; train from it",
+    )
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="take the baseline, DQN and base-LLM rows from DIR/results.json (same seeds) instead of rerunning",
     )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the LLM run")
     args = parser.parse_args()
