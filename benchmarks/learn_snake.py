@@ -45,6 +45,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rlft_bandit import BenchmarkError, run_step  # noqa: E402 - the shared runner (`agentrl` in a subprocess)
+
 RESULTS = Path(__file__).resolve().parent / "results"
 #: preset -> the name of its md/png copies in RESULTS
 RESULT_NAMES = {"snake_learn": "learn_snake", "snake_summary": "learn_snake_summary"}
@@ -137,23 +140,6 @@ def default_action_agent() -> Any:
     return DefaultActionAgent()
 
 
-def run_warmup(preset: str, seed: int, threads: int, out: Path) -> tuple[Path, float]:
-    """`agentrl train experiment=<preset>_warmup` into out/warmup (log: out/warmup.log); (run, minutes)."""
-    import subprocess
-
-    run_dir = out / "warmup"
-    cmd = [sys.executable, "-m", "agentrl.cli", "train", f"experiment={preset}_warmup", f"seed={seed}"]
-    cmd.append(f"hydra.run.dir={run_dir}")
-    print(f"[warmup] agentrl {' '.join(cmd[3:])}", flush=True)
-    start = time.perf_counter()
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "AGENTRL_NO_PROGRESS": "1"}
-    with (out / "warmup.log").open("w") as log:
-        code = subprocess.call(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    if code != 0:
-        sys.exit(f"[warmup] exited {code}; see {out / 'warmup.log'}")
-    return run_dir, (time.perf_counter() - start) / 60
-
-
 def run(args: argparse.Namespace) -> Path:
     os.environ.setdefault("AGENTRL_NO_PROGRESS", "1")
     import torch
@@ -187,11 +173,11 @@ def run(args: argparse.Namespace) -> Path:
     print(f"output directory: {out}", flush=True)
     warmup_minutes = None
     if args.warmup:
-        warmup = out / "warmup"
-        if (warmup / "eval.json").is_file():  # done by an earlier call with this --out: its training time
-            warmup_minutes = json.loads((warmup / "eval.json").read_text())["train_time_s"] / 60
-        else:
-            warmup, warmup_minutes = run_warmup(args.preset, args.seed, args.threads, out)
+        # skipped when an earlier call with this --out completed it
+        warmup = run_step(
+            "warmup", ["train", f"experiment={args.preset}_warmup", f"seed={args.seed}"], out, args.threads
+        )
+        warmup_minutes = json.loads((warmup / "eval.json").read_text())["train_time_s"] / 60
         overrides.append(f"init_from={warmup}")
     cfg = compose_config(overrides)
     seeds = eval_seeds(cfg)
@@ -374,10 +360,12 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             train = f"{a.get('train_steps', 0):,} steps, {a.get('train_minutes', 0):.1f} min"
         elif name == "llm_after":
             train = f"{results['timing'].get('iterations')} iterations, {a.get('train_minutes', 0):.1f} min"
+        # a run from before the column has none: shown as "-", not as 0
+        untagged = f"{a['untagged_rate']:.3f}" if "untagged_rate" in a else "-"
         lines.append(
             f"| {LABELS[name]} | {a['mean_return']:+.3f} ± {a['return_stderr']:.3f} ({a['episodes']}) | "
             f"{a['mean_env_return']:+.3f} | {a['apples']:.2f} | {a['success_rate']:.2f} | {a['mean_length']:.1f} | "
-            f"{a['invalid_rate']:.3f} | {a.get('untagged_rate', 0.0):.3f} | {train} |"
+            f"{a['invalid_rate']:.3f} | {untagged} | {train} |"
         )
     lines.append("")
     ok, text = verdict(agents)
@@ -608,7 +596,10 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     results_dir = None if str(args.results) == "none" else args.results
-    out = args.summarize if args.summarize is not None else run(args)
+    try:
+        out = args.summarize if args.summarize is not None else run(args)
+    except BenchmarkError as exc:  # a failed warm-up: which step, and the end of its log
+        sys.exit(str(exc))
     text = write_summary(out, results_dir)
     print(text)
     ok, _ = verdict(json.loads((out / "results.json").read_text())["agents"])

@@ -19,6 +19,17 @@ from agentrl.errors import ConfigError
 CONF = Path(__file__).resolve().parents[1] / "agentrl" / "conf" / "env"
 
 
+#: a 6x6 board: head (2,2) heading right, body (2,1),(2,0); enemy head (0,2); apple (4,5); poison below
+#: the head
+PLACED = {
+    "snake": [[2, 2], [2, 1], [2, 0]],
+    "direction": "right",
+    "opponent": [[0, 2]],
+    "apples": [[4, 5]],
+    "poison": [[3, 2]],
+}
+
+
 def layout(env: SnakeEnv, seed: int = 0, **options):
     """Reset with a hand-placed board (no opponent unless given)."""
     options.setdefault("opponent", None)
@@ -290,15 +301,7 @@ def test_config_keys_match_constructor(name):
 
 def test_numeric_features_on_a_placed_board():
     env = make_env("snake", size=6, poison_apples=1)
-    # Head (2,2) heading right, body (2,1),(2,0); enemy head (0,2); apple (4,5); poison below the head.
-    layout(
-        env,
-        snake=[[2, 2], [2, 1], [2, 0]],
-        direction="right",
-        opponent=[[0, 2]],
-        apples=[[4, 5]],
-        poison=[[3, 2]],
-    )
+    layout(env, **PLACED)
     f = env.numeric_observation()
     up, down, left, right = range(4)
     assert f.shape == (26,) and f.dtype == np.float32 and env.numeric_space().contains(f)
@@ -345,15 +348,7 @@ def test_instructions_state_the_tail_and_enemy_rules_the_game_applies():
 
 def test_summary_view_states_the_apple_direction_and_each_move_s_outcome():
     env = make_env("snake", size=6, poison_apples=1, view="summary")
-    # Head (2,2) heading right, body (2,1),(2,0); enemy head (0,2); apple (4,5); poison below the head.
-    obs, _ = layout(
-        env,
-        snake=[[2, 2], [2, 1], [2, 0]],
-        direction="right",
-        opponent=[[0, 2]],
-        apples=[[4, 5]],
-        poison=[[3, 2]],
-    )
+    obs, _ = layout(env, **PLACED)
     assert obs.splitlines() == [
         "Your snake: head at (row 2, col 2), length 3, last move right.",
         "Nearest apple: 2 rows down and 3 columns right of your head.",
