@@ -71,10 +71,11 @@ def test_bandit_summary_targets_and_files(tmp_path: Path) -> None:
     _write(tmp_path / "random", _bandit_eval([0.9, 1.0, 1.0, 0.9], [2.0, 2.5, 2.0, 2.5]))
     results = tmp_path / "results"
     summary = rlft_bandit.summarize(tmp_path, results)
-    cov = summary["targets"]["coverage_rises"]
+    cov = summary["targets"]["coverage_rises (base)"]
     assert cov["change"] == pytest.approx(0.6)
     assert cov["stderr_of_change"] == pytest.approx(math.sqrt(2) * 0.057735, rel=1e-4)
-    assert cov["met"] and summary["targets"]["regret_falls"]["met"]
+    assert cov["met"] and summary["targets"]["regret_falls (base)"]["met"]
+    assert "coverage_rises (warmup)" not in summary["targets"]  # no warm-up run here
     assert summary["training"]["iterations"] == 2 and summary["training"]["train_minutes"] == 1.0
     md = (tmp_path / "summary.md").read_text()
     assert "| RLFT-trained | 4 | 0.900 ± 0.058 |" in md
@@ -90,6 +91,30 @@ def test_bandit_summary_refuses_mismatched_seeds(tmp_path: Path) -> None:
     _write(tmp_path / "random", _bandit_eval([0.2, 0.4], [3.0, 4.0], seed=1))
     with pytest.raises(rlft_bandit.BenchmarkError, match="seed"):
         rlft_bandit.summarize(tmp_path)
+
+
+def test_bandit_summary_compares_with_the_warmup_and_needs_the_coverage_gain(tmp_path: Path) -> None:
+    _write(tmp_path / "base", _bandit_eval([0.9, 1.0, 0.9, 1.0], [3.0, 4.0, 3.0, 4.0]))
+    _write(tmp_path / "warmup", _bandit_eval([0.2, 0.2, 0.2, 0.4], [5.0, 5.0, 5.0, 5.5]))
+    _write(tmp_path / "train", _bandit_eval([0.4, 0.4, 0.4, 0.4], [3.0, 3.0, 3.0, 3.0]))
+    _write(tmp_path / "bc_ucb", _bandit_eval([1.0] * 4, [1.0] * 4))
+    summary = rlft_bandit.summarize(tmp_path)
+    targets = summary["targets"]
+    assert not targets["coverage_rises (base)"]["met"]  # 0.95 -> 0.40
+    assert targets["coverage_rises (warmup)"]["change"] == pytest.approx(0.15)
+    assert targets["coverage_rises (warmup)"]["met"] and targets["regret_falls (warmup)"]["met"]
+    assert set(summary["agents"]) == {"base", "warmup", "trained", "bc_ucb"}
+    md = (tmp_path / "summary.md").read_text()
+    assert "| format warm-up (random presses) | 4 |" in md and "| behaviour cloning on UCB1 | 4 |" in md
+    # the same rise made by invalid answers (the random fallback's presses) does not count
+    _write(tmp_path / "train", {**_bandit_eval([0.4, 0.4, 0.4, 0.4], [3.0] * 4), "invalid_rate": 0.3})
+    summary = rlft_bandit.summarize(tmp_path)
+    assert not summary["targets"]["coverage_rises (warmup)"]["met"]
+    assert "random fallback" in summary["targets"]["coverage_rises (warmup)"]["why"]
+    assert "no (the trained row's invalid rate 0.300" in (tmp_path / "summary.md").read_text()
+    # a rise smaller than the 0.1 target is not met however small its stderr
+    small = rlft_bandit.change({"mean": 0.5, "stderr": 0.0}, {"mean": 0.59, "stderr": 0.001}, +1, minimum=0.1)
+    assert not small["met"]
 
 
 def test_change_needs_more_than_the_stderr() -> None:
