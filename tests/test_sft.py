@@ -147,3 +147,84 @@ def test_init_from_another_model_is_refused_in_one_line(sft_run, tmp_path):
     assert "cannot init_from" in result.output and "tiny-random" in result.output
     assert len([line for line in result.output.strip().splitlines() if "init_from" in line]) == 1
     assert not run.exists()
+
+
+def test_split_rows_lays_out_left_padded_prompts_and_right_padded_answers():
+    from agentrl.trainers.sft import split_rows
+
+    ids = torch.tensor([[5, 6, 7, 8, 9], [1, 2, 3, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    labels = torch.tensor([[-100, -100, -100, 8, 9], [-100, 2, 3, -100, -100]])
+    batch, answers = split_rows(ids, mask, labels)
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9], [0, 0, 1, 2, 3]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]]
+    assert answers.tolist() == [[1, 1], [1, 1]]
+    # a row whose answer is not at its end cannot be laid out so
+    with pytest.raises(ValueError, match="end the row"):
+        split_rows(ids[:1], mask[:1], torch.tensor([[-100, 6, -100, -100, -100]]))
+
+
+def test_shared_prefix_sft_loss_and_gradients_equal_trls(tmp_path, monkeypatch):
+    """The CPU path (the batch's common prompt prefix once, the LM head on the answers only) gives TRL's
+    SFT loss and the same gradients on a batch of rows of different lengths sharing their instructions."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    from agentrl.models import load_model
+    from agentrl.trainers import logps
+    from agentrl.trainers.sft import sft_config, shared_prefix_sft_trainer
+
+    calls = []
+    kernel = logps.shared_prefix_logps
+    monkeypatch.setattr(logps, "shared_prefix_logps", lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    model, tokenizer = load_model(
+        {"name": "tiny-random", "name_or_path": "builtin:tiny-random"}, device="cpu"
+    )
+    torch.manual_seed(0)
+    instructions = torch.randint(3, 200, (24,)).tolist()  # >= MIN_SHARED_PREFIX: runs once
+    rows = []
+    for k in range(4):
+        prompt = instructions + torch.randint(3, 200, (3 + 2 * k,)).tolist()
+        answer = torch.randint(3, 200, (1 + k,)).tolist()
+        rows.append({"input_ids": prompt + answer, "completion_mask": [0] * len(prompt) + [1] * len(answer)})
+    rows.append(dict(rows[1]))  # a duplicate row counts twice
+    algo = SimpleNamespace(
+        lr_scheduler="constant",
+        warmup_steps=0,
+        epochs=1.0,
+        max_updates=None,
+        batch_size=len(rows),
+        gradient_accumulation_steps=1,
+        learning_rate=1e-3,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+    )
+    trainer = shared_prefix_sft_trainer()(
+        model=model,
+        args=sft_config(algo, tmp_path, "cpu", 0, "fp32"),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+    )
+    batch = trainer._prepare_inputs(trainer.data_collator(list(trainer.train_dataset)))
+    answer_tokens = sum(sum(r["completion_mask"]) for r in rows)
+    assert int((batch["labels"] != -100).sum()) == answer_tokens  # TRL's collator kept our answer mask
+    model.train()
+
+    def loss_and_grads(compute) -> tuple[float, dict[str, torch.Tensor]]:
+        model.zero_grad()
+        loss = compute(model, dict(batch), num_items_in_batch=torch.tensor(answer_tokens))
+        loss.backward()
+        return float(loss.detach()), {
+            n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None
+        }
+
+    ours, our_grads = loss_and_grads(trainer.compute_loss)
+    assert calls == [1]  # the loss went through the kernel
+    trls, trl_grads = loss_and_grads(lambda *a, **k: SFTTrainer.compute_loss(trainer, *a, **k))
+    assert ours == pytest.approx(trls, rel=1e-5)
+    assert ours > 0
+    assert our_grads.keys() == trl_grads.keys()
+    for name, grad in trl_grads.items():
+        torch.testing.assert_close(our_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)

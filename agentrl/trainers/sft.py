@@ -10,7 +10,10 @@
                     (separately, no special tokens added), so the model learns the token boundary it
                     generates at; the closing answer tag is followed by the end-of-turn token
     update          TRL's SFTTrainer on the tokenised rows: the loss is on the completion tokens only
-                    (`completion_only_loss`), TRL's collator, optimizer, scheduler and logging
+                    (`completion_only_loss`), TRL's collator, optimizer, scheduler and logging. On a CPU
+                    with one process the loss's forward is the update's shared-prefix kernel
+                    (`trainers/logps.py`): the batch's common prompt prefix (the instructions) runs once
+                    and only the answer tokens reach the LM head; same loss, same gradients
     run             as every training run: eval before/after on the held-out seeds (eval.json),
                     metrics.jsonl (TRL's loss, token accuracy, ...), `final/`
 
@@ -191,7 +194,6 @@ def train_sft(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     is the runner's). `resume`: SFT keeps no checkpoints, so it trains again from the start."""
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl import SFTTrainer
 
     from agentrl import distributed as dist
     from agentrl.agents.llm import build_llm_agent, warn_if_lenient
@@ -259,7 +261,7 @@ def train_sft(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
         raise ConfigError("algo=sft: the demonstrations have no steps to train on")
     demo["answer_nll_before"] = answer_nll(model, rows[:NLL_ROWS])
 
-    trainer = SFTTrainer(
+    trainer = shared_prefix_sft_trainer()(
         model=model,
         args=sft_config(algo, run_dir, device, seed, precision),
         train_dataset=Dataset.from_list(rows),
@@ -303,6 +305,79 @@ def train_sft(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     return TrainResult(final, episodes, extra)
 
 
+def shared_prefix_sft_trainer() -> type:
+    """TRL's SFTTrainer whose training loss runs through `shared_prefix_logps` on a CPU with one process:
+    every row is a prompt followed by its answer (the completion tokens end it), so the rows are laid out
+    as left-padded prompts and right-padded answers, the batch's common prompt prefix runs once and only
+    the answer positions go through the LM head. The loss is TRL's: the answer tokens' negative
+    log-likelihood summed over the batch, divided by `num_items_in_batch` (the answer tokens of the
+    optimizer step). Elsewhere (CUDA's fused LM head, several processes, evaluation) it is TRL's own."""
+    import torch
+    from trl import SFTTrainer
+
+    from agentrl.trainers.logps import kernel_applies, shared_prefix_logps
+
+    class SharedPrefixSFTTrainer(SFTTrainer):
+        def compute_loss(
+            self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
+        ) -> Any:
+            ids = inputs["input_ids"]
+            if (
+                return_outputs
+                or not model.training
+                or not kernel_applies(ids.device.type, self.accelerator.num_processes)
+                or "attention_mask" not in inputs
+                or "labels" not in inputs
+            ):
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            batch, answer_mask = split_rows(ids, inputs["attention_mask"], inputs["labels"])
+            logps, entropies = shared_prefix_logps(
+                model, batch["input_ids"], batch["attention_mask"], answer_mask.size(1), compute_entropy=True
+            )
+            tokens = answer_mask.sum() if num_items_in_batch is None else num_items_in_batch
+            loss = -(logps * answer_mask).sum() / torch.as_tensor(tokens).clamp(min=1)
+            counted = answer_mask.sum()
+            self._metrics["train"]["entropy"].append(
+                float((entropies * answer_mask).sum() / counted) if counted > 0 else 0.0
+            )
+            self._total_train_tokens += int(inputs["attention_mask"].sum())
+            self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
+            return loss
+
+    return SharedPrefixSFTTrainer
+
+
+def split_rows(input_ids: Any, attention_mask: Any, labels: Any) -> tuple[dict[str, Any], Any]:
+    """TRL's right-padded SFT rows (prompt, answer, padding; `labels` -100 outside the answer) ->
+    ({input_ids, attention_mask} of left-padded prompts followed by right-padded answers, the answers'
+    mask (B, A)), the layout `shared_prefix_logps` takes."""
+    import torch
+
+    prompts, answers = [], []
+    for ids, mask, label in zip(input_ids.tolist(), attention_mask.tolist(), labels.tolist(), strict=True):
+        length = sum(mask)
+        answer = [i for i, lab in enumerate(label[:length]) if lab != -100]
+        if not answer or answer != list(range(answer[0], length)):
+            raise ValueError("an SFT row's answer tokens must end the row, after at least one prompt token")
+        if answer[0] == 0:
+            raise ValueError("an SFT row needs at least one prompt token before its answer")
+        prompts.append(ids[: answer[0]])
+        answers.append(ids[answer[0] : length])
+    width, answer_width = max(map(len, prompts)), max(map(len, answers))
+    rows, masks, answer_mask = [], [], []
+    for prompt, answer in zip(prompts, answers, strict=True):
+        left, right = width - len(prompt), answer_width - len(answer)
+        rows.append([0] * left + prompt + answer + [0] * right)
+        masks.append([0] * left + [1] * (len(prompt) + len(answer)) + [0] * right)
+        answer_mask.append([1] * len(answer) + [0] * right)
+    device = input_ids.device
+    batch = {
+        "input_ids": torch.tensor(rows, device=device),
+        "attention_mask": torch.tensor(masks, device=device),
+    }
+    return batch, torch.tensor(answer_mask, device=device, dtype=torch.float32)
+
+
 def _metrics_rows(metrics_log: Any, bar: Any) -> Any:
     """A TRL callback: each logged step's numbers (loss, token accuracy, lr, ...) -> metrics.jsonl."""
     from transformers import TrainerCallback
@@ -325,6 +400,8 @@ __all__ = [
     "demonstration_seeds",
     "demonstrations",
     "sft_config",
+    "shared_prefix_sft_trainer",
+    "split_rows",
     "teacher",
     "train_sft",
 ]
