@@ -10,6 +10,11 @@ the target; it writes `summary.json`, `summary.md` and `learning_curves.png` int
     .venv/bin/python benchmarks/poad_vs_ntpo.py                        # 30 minutes each, side by side
     .venv/bin/python benchmarks/poad_vs_ntpo.py --minutes 10 --algos poad ntpo
     .venv/bin/python benchmarks/poad_vs_ntpo.py --summarize outputs/bench/poad_vs_ntpo   # re-read runs
+    .venv/bin/python benchmarks/poad_vs_ntpo.py --warmup --algos poad ntpo twosome --minutes 55
+
+With `--warmup` a format warm-up runs first (`experiment=kitchen_warmup`: SFT on random valid actions
+written in the answer format, into `<out>/warmup`, skipped when a complete one is there) and every
+algorithm starts from it (`init_from`); its minutes are in the summary, to be counted in the budget.
 
 Extra arguments are Hydra overrides for every run (e.g. `algo.learning_rate=1e-5`).
 """
@@ -26,6 +31,38 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGOS = ("poad", "ntpo", "msgrpo")
+CHOICES = (*ALGOS, "twosome")
+
+
+def warmup(out: Path, seed: int, threads: int) -> float:
+    """`agentrl train experiment=kitchen_warmup` into `<out>/warmup` (log warmup.log), unless a complete
+    one is there; its minutes from start to end (status.json)."""
+    from datetime import datetime
+
+    run = out / "warmup"
+    status = run / "status.json"
+    if status.is_file() and json.loads(status.read_text()).get("status") == "complete":
+        print(f"warm-up: {run} is complete; reused", flush=True)
+    else:
+        cmd = [
+            sys.executable,
+            "-m",
+            "agentrl.cli",
+            "train",
+            "experiment=kitchen_warmup",
+            f"seed={seed}",
+            f"algo.torch_threads={threads}",
+            f"hydra.run.dir={run}",
+        ]
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "AGENTRL_NO_PROGRESS": "1"}
+        print(" ".join(cmd[2:]), flush=True)
+        with (out / "warmup.log").open("w") as log:
+            code = subprocess.call(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        if code != 0:
+            sys.exit(f"the warm-up exited {code}; see {out / 'warmup.log'}")
+    saved = json.loads(status.read_text())
+    started, ended = (datetime.fromisoformat(saved[k]) for k in ("first_started", "ended"))
+    return (ended - started).total_seconds() / 60
 
 
 def launch(
@@ -90,11 +127,14 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
-def summarize(out: Path, algos: list[str], target: float) -> dict:
+def summarize(out: Path, algos: list[str], target: float, warmup_minutes: float | None = None) -> dict:
     runs = {a: read_run(out / a) for a in algos if (out / a / "metrics.jsonl").is_file()}
     for data in runs.values():
         data["target_iteration"], data["target_minutes"] = first_at(data["points"], target)
-    summary: dict = {"target": target, "runs": runs}
+    previous = out / "summary.json"
+    if warmup_minutes is None and previous.is_file():  # --summarize keeps what the run measured
+        warmup_minutes = json.loads(previous.read_text()).get("warmup_minutes")
+    summary: dict = {"target": target, "warmup_minutes": warmup_minutes, "runs": runs}
     if "poad" in runs:
         for other in ("ntpo", "msgrpo"):
             if other in runs:
@@ -108,6 +148,14 @@ def summarize(out: Path, algos: list[str], target: float) -> dict:
     lines = [
         f"# POAD vs NTPO vs MS-GRPO, kitchen tomato salad (target greedy success >= {target})",
         "",
+        *(
+            [
+                f"Every run started from the format warm-up `{out / 'warmup'}` ({warmup_minutes:.1f} min, not in the minutes below).",
+                "",
+            ]
+            if warmup_minutes is not None
+            else []
+        ),
         "| algo | iterations | minutes | s/iteration | to target (iterations) | to target (minutes) |"
         " final success | final return | untagged_rate |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -161,7 +209,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--minutes", type=float, default=30.0, help="training budget of each run")
-    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=CHOICES)
+    parser.add_argument(
+        "--warmup",
+        action="store_true",
+        help="start every run from a format warm-up (experiment=kitchen_warmup)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--target", type=float, default=0.8)
@@ -174,11 +227,15 @@ def main() -> None:
         summarize(args.summarize, args.algos, args.target)
         return
     args.out.mkdir(parents=True, exist_ok=True)
+    warmup_minutes = None
+    if args.warmup:
+        warmup_minutes = warmup(args.out, args.seed, args.threads * len(args.algos))
+        extra = [f"init_from={args.out / 'warmup'}", *extra]
     start = time.perf_counter()
     procs = {a: launch(a, args.out, args.minutes, args.seed, args.threads, extra) for a in args.algos}
     codes = {a: p.wait() for a, p in procs.items()}
     print(f"all runs ended after {(time.perf_counter() - start) / 60:.1f} min; exit codes {codes}")
-    summarize(args.out, args.algos, args.target)
+    summarize(args.out, args.algos, args.target, warmup_minutes)
 
 
 if __name__ == "__main__":
