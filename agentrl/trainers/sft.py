@@ -15,7 +15,7 @@
                     (`trainers/logps.py`): the batch's common prompt prefix (the instructions) runs once
                     and only the answer tokens reach the LM head; same loss, same gradients
     run             as every training run: eval before/after on the held-out seeds (eval.json),
-                    metrics.jsonl (TRL's loss, token accuracy, ...), `final/`
+                    metrics.jsonl (the loss, answer entropy, learning rate, ...), `final/`
 
 `check_sft` (the pre-launch checks) imports neither torch nor TRL; `init_from=` is the runner's (run.py).
 """
@@ -358,7 +358,7 @@ def split_rows(input_ids: Any, attention_mask: Any, labels: Any) -> tuple[dict[s
         length = sum(mask)
         answer = [i for i, lab in enumerate(label[:length]) if lab != -100]
         if not answer or answer != list(range(answer[0], length)):
-            raise ValueError("an SFT row's answer tokens must end the row, after at least one prompt token")
+            raise ValueError("an SFT row's answer tokens must end the row")
         if answer[0] == 0:
             raise ValueError("an SFT row needs at least one prompt token before its answer")
         prompts.append(ids[: answer[0]])
@@ -379,7 +379,7 @@ def split_rows(input_ids: Any, attention_mask: Any, labels: Any) -> tuple[dict[s
 
 
 def _metrics_rows(metrics_log: Any, bar: Any) -> Any:
-    """A TRL callback: each logged step's numbers (loss, token accuracy, lr, ...) -> metrics.jsonl."""
+    """A TRL callback: each logged step's numbers (loss, entropy, lr, ...) -> metrics.jsonl."""
     from transformers import TrainerCallback
 
     class MetricsRows(TrainerCallback):
