@@ -105,3 +105,40 @@ def test_the_no_grad_log_prob_passes_follow_the_budget():
     assert rows(SimpleNamespace(max_batch_tokens=4096, budget_completions_only=False), batch) == 6
     assert rows(SimpleNamespace(max_batch_tokens=10, budget_completions_only=True), batch) == 1
     assert rows(SimpleNamespace(max_batch_tokens=None, budget_completions_only=False), batch) is None
+
+
+def test_the_auto_prompt_budget_cuts_passes_of_distinct_prompts_not_shared_ones():
+    """Rows that share their prompt (a fixed map) stay one pass; rows whose prompts all differ (random
+    maps) are cut so that each pass runs at most the budget's distinct prompt and completion tokens."""
+    shared = [StepSample([1] * 300, [2, 3], None, 1.0, k, 0) for k in range(8)]
+    distinct = [StepSample([1] * 299 + [10 + k], [2, 3], None, 1.0, k, 0) for k in range(8)]
+    for samples, passes in ((shared, 1), (distinct, 4)):
+        batch = pack_samples(samples, pad_id=0, device="cpu")
+        batch["num_items_in_batch"] = torch.tensor(16.0)
+        parts = split_by_tokens(batch, budget=10_000, completions_only=True, prompt_budget=700)
+        assert len(parts) == passes
+        assert sum(len(p["prompt_ids"]) for p in parts) == 8
+        for part in parts:  # 2 distinct prompts (600) + 4 completion tokens a pass
+            run = {tuple(r.tolist()) for r in part["prompt_ids"]}
+            assert len(run) * 300 + 2 * len(part["prompt_ids"]) <= 700
+    # a row over the budget on its own still runs, alone
+    batch = pack_samples(distinct[:2], pad_id=0, device="cpu")
+    assert len(split_by_tokens(batch, budget=10_000, completions_only=True, prompt_budget=10)) == 2
+
+
+def test_the_auto_prompt_budget_fills_a_share_of_free_memory_with_activations(monkeypatch, caplog):
+    class Model:
+        class config:  # noqa: N801 - stands in for a transformers config
+            @staticmethod
+            def get_text_config():
+                return type(
+                    "Text", (), {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30}
+                )
+
+    per_token = settings.activation_bytes_per_token(Model())
+    assert per_token == 30 * (4 * 576 + 2 * 1536) * 4  # ~0.65 MB: SmolLM2-135M measured ~0.7 MB
+    monkeypatch.setattr(settings, "free_memory_bytes", lambda device: 10 * 2**30)
+    with caplog.at_level(logging.INFO, logger=settings.log.name):
+        budget = settings.auto_prompt_budget(Model(), "cpu")
+    assert budget == int(10 * 2**30 * settings.AUTO_ACTIVATION_FRACTION) // per_token == 4993
+    assert "at most 4993 distinct prompt and completion tokens per pass" in caplog.text

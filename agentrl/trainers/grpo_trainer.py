@@ -19,7 +19,9 @@ pinned in pyproject because these move):
   pre-optimizer-step hook; checkpoints carry its state (`value_head_optimizer.pt`).
 - `training_step`: with `algo.max_batch_tokens`, a micro-batch above the budget runs as several
   forward/backward passes (`split_by_tokens`); the gradient is the same. The default `auto` bounds the
-  LM-head positions per pass by free memory and vocabulary (`settings.resolve_max_batch_tokens`).
+  LM-head positions per pass by free memory and vocabulary (`settings.resolve_max_batch_tokens`) and,
+  where the shared-prefix kernel runs, the tokens it runs with gradients per pass (each distinct prompt
+  once, every completion) by free memory and layer sizes (`settings.auto_prompt_budget`).
 - `log`: adds the iteration's rollout metrics to TRL's averaged loss statistics.
 - `_save_checkpoint` (trainers/checkpoints.py): writes `checkpoint-<iteration>/` atomically with a
   manifest of its files (written last; resume checks it), then prunes old ones.
@@ -53,8 +55,9 @@ from agentrl.trainers.actor_critic import ActorCritic, head_optimizer, step_valu
 from agentrl.trainers.callbacks import PPOEpochs, SkipEmptyUpdate
 from agentrl.trainers.checkpoints import CheckpointsMixin
 from agentrl.trainers.iteration import Collect, merge_process_metrics
+from agentrl.trainers.logps import kernel_applies
 from agentrl.trainers.packing import action_rows, blank_rows, pack_samples, split_by_tokens, split_even
-from agentrl.trainers.settings import resolve_max_batch_tokens
+from agentrl.trainers.settings import auto_prompt_budget, resolve_max_batch_tokens
 from agentrl.trainers.trainer_logps import TrainerLogps
 from agentrl.types import StepSample
 
@@ -130,6 +133,14 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
             max_batch_tokens = None
         self.budget_completions_only = max_batch_tokens == "auto"
         self.max_batch_tokens = resolve_max_batch_tokens(max_batch_tokens, self.model, str(self.args.device))
+        # where the shared-prefix kernel runs, "auto" also bounds its activations: rows whose prompts all
+        # differ (random maps, long histories) would otherwise run hundreds of prompts with gradients at once
+        self.prompt_budget = (
+            auto_prompt_budget(self.model, str(self.args.device))
+            if max_batch_tokens == "auto"
+            and kernel_applies(self.args.device.type, self.accelerator.num_processes)
+            else None
+        )
         self.head_optimizer, self.head_scheduler = head_optimizer(actor_critic, self.args)
         self._train_logps: torch.Tensor | None = None  # the last training forward's log-probs (for the KL)
         # rollouts through TRL's vLLM engine (model.backend=vllm): rows get its importance-sampling ratio,
@@ -173,7 +184,10 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()
         parts = split_by_tokens(
-            self._prepare_inputs(inputs), self.max_batch_tokens, self.budget_completions_only
+            self._prepare_inputs(inputs),
+            self.max_batch_tokens,
+            self.budget_completions_only,
+            self.prompt_budget,
         )
         # every process runs as many passes as the one that needs most (each pass holds collectives)
         parts += [blank_rows(parts[-1])] * (int(dist.all_max(len(parts))) - len(parts))

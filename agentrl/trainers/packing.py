@@ -100,30 +100,48 @@ COMPLETION_COLUMNS = (
 
 
 def split_by_tokens(
-    batch: dict[str, Any], budget: int, completions_only: bool = False
+    batch: dict[str, Any], budget: int, completions_only: bool = False, prompt_budget: int | None = None
 ) -> list[dict[str, Any]]:
     """A packed micro-batch as consecutive row chunks of at most `budget` padded tokens each (rows x
     (prompt + completion width), times the candidates of action-level rows; `completions_only`: rows x
     completion width, the LM-head positions), each trimmed to its own widths; a row larger than the
-    budget is a chunk of its own. Values that are not per row (`num_items_in_batch`) are shared, so the
-    chunks' losses add up to the micro-batch's."""
+    budget is a chunk of its own. `prompt_budget` also bounds what the shared-prefix kernel runs with
+    gradients in one pass: each distinct prompt's tokens once, plus every row's completion tokens. Values
+    that are not per row (`num_items_in_batch`) are shared, so the chunks' losses add up to the
+    micro-batch's."""
     prompt_mask, completion_mask = batch["prompt_mask"], batch["completion_mask"]
     rows = prompt_mask.size(0)
     prompt_len = prompt_mask.sum(-1).tolist()
     completion_len = completion_mask.sum(-1).tolist()
     candidates = [len(c) for c in batch["candidates"]] if "candidates" in batch else [1] * rows
+    prompts = None
+    if prompt_budget:
+        prompts = [
+            tuple(ids[m.bool()].tolist()) for ids, m in zip(batch["prompt_ids"], prompt_mask, strict=True)
+        ]
     chunks: list[tuple[int, int]] = []
     start, width_p, width_c, widest = 0, 0, 0, 1
+    seen: set[tuple[int, ...]] = set()
+    run_tokens = 0  # distinct prompts' tokens plus completion tokens of the current chunk
     for row in range(rows):
         p, c, k = (
             max(width_p, prompt_len[row]),
             max(width_c, completion_len[row]),
             max(widest, candidates[row]),
         )
-        if row > start and (row - start + 1) * (c if completions_only else p + c) * k > budget:
+        new_prompt = prompts is not None and prompts[row] not in seen
+        adds = (prompt_len[row] if new_prompt else 0) + completion_len[row] * candidates[row]
+        over = (row - start + 1) * (c if completions_only else p + c) * k > budget
+        over = over or (prompts is not None and run_tokens + adds > prompt_budget)
+        if row > start and over:
             chunks.append((start, row))
             start, p, c, k = row, prompt_len[row], completion_len[row], candidates[row]
+            seen, run_tokens = set(), 0
+            adds = prompt_len[row] + completion_len[row] * candidates[row]
         width_p, width_c, widest = p, c, k
+        if prompts is not None:
+            seen.add(prompts[row])
+            run_tokens += adds
     chunks.append((start, rows))
     if len(chunks) == 1:
         return [batch]
