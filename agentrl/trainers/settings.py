@@ -5,8 +5,8 @@ TRL's config.
 instructions and a timing at the model's shapes, trainers/precision.py); `resolve_max_batch_tokens` turns
 `algo.max_batch_tokens=auto` into a bound on the LM-head positions per pass from free memory and the
 vocabulary, and `auto_prompt_budget` into a bound on the tokens the shared-prefix kernel runs with
-gradients per pass from free memory and the model's layer sizes; `grpo_config` maps the typed algo config onto TRL's `GRPOConfig` (one optimizer step per
-iteration).
+gradients per pass from free memory and the model's layer sizes; `grpo_config` maps the typed algo config
+onto TRL's `GRPOConfig` (one optimizer step per iteration).
 """
 
 from __future__ import annotations
