@@ -30,37 +30,24 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared step runner (rlft_bandit.py)
 ALGOS = ("poad", "ntpo", "msgrpo")
 CHOICES = (*ALGOS, "twosome")
 
 
 def warmup(out: Path, seed: int, threads: int) -> float:
-    """`agentrl train experiment=kitchen_warmup` into `<out>/warmup` (log warmup.log), unless a complete
-    one is there; its minutes from start to end (status.json)."""
+    """`agentrl train experiment=kitchen_warmup` into `<out>/warmup` through the shared step runner (a
+    complete warm-up there is reused); its minutes from start to end (status.json)."""
     from datetime import datetime
 
-    run = out / "warmup"
-    status = run / "status.json"
-    if status.is_file() and json.loads(status.read_text()).get("status") == "complete":
-        print(f"warm-up: {run} is complete; reused", flush=True)
-    else:
-        cmd = [
-            sys.executable,
-            "-m",
-            "agentrl.cli",
-            "train",
-            "experiment=kitchen_warmup",
-            f"seed={seed}",
-            f"algo.torch_threads={threads}",
-            f"hydra.run.dir={run}",
-        ]
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "AGENTRL_NO_PROGRESS": "1"}
-        print(" ".join(cmd[2:]), flush=True)
-        with (out / "warmup.log").open("w") as log:
-            code = subprocess.call(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        if code != 0:
-            sys.exit(f"the warm-up exited {code}; see {out / 'warmup.log'}")
-    saved = json.loads(status.read_text())
+    from rlft_bandit import BenchmarkError, run_step
+
+    args = ["train", "experiment=kitchen_warmup", f"seed={seed}", f"algo.torch_threads={threads}"]
+    try:
+        run = run_step("warmup", args, out, threads)
+    except BenchmarkError as exc:
+        sys.exit(str(exc))
+    saved = json.loads((run / "status.json").read_text())
     started, ended = (datetime.fromisoformat(saved[k]) for k in ("first_started", "ended"))
     return (ended - started).total_seconds() / 60
 
