@@ -142,3 +142,50 @@ def test_the_auto_prompt_budget_fills_a_share_of_free_memory_with_activations(mo
         budget = settings.auto_prompt_budget(Model(), "cpu")
     assert budget == int(10 * 2**30 * settings.AUTO_ACTIVATION_FRACTION) // per_token == 4993
     assert "at most 4993 distinct prompt and completion tokens per pass" in caplog.text
+
+
+def test_the_auto_prompt_budget_counts_each_rows_copy_of_its_prompt():
+    """Rows with multi-token answers (each TWOSOME candidate too) attend over their own copy of the
+    prompt's KV cache, which attention keeps for the backward: 20 kitchen rows of 10 candidates took a
+    process to 12 GB. Those copies count at `gather_fraction` of a token; one-token rows have none."""
+    from agentrl.trainers.packing import action_rows
+
+    def rows(completion: list[int], candidates: int) -> dict:
+        samples = [
+            StepSample([1] * 99 + [10 + k], completion, None, 1.0, k, 0, candidates=[completion] * candidates)
+            for k in range(4)
+        ]
+        batch = pack_samples(samples, pad_id=0, device="cpu")
+        batch.update(action_rows(samples, "cpu"))
+        batch["num_items_in_batch"] = torch.tensor(4.0)
+        return batch
+
+    def passes(batch: dict, fraction: float) -> int:
+        return len(split_by_tokens(batch, 10**6, True, prompt_budget=900, gather_fraction=fraction))
+
+    scored = rows([2, 3, 4], 10)  # each row: 100 prompt + 30 candidate tokens + 0.3 x 100 x 10 copied
+    assert passes(scored, 0.0) == 1  # 4 x 130 = 520 <= 900
+    assert passes(scored, 0.3) == 2  # 2 x 430 a pass
+    one_token = rows([2], 1)  # the answer's distribution comes from the prompt's last position: no copy
+    assert passes(one_token, 0.3) == 1
+
+
+def test_gather_fraction_from_the_attention_shapes():
+    class Model:
+        class config:  # noqa: N801 - SmolLM2-135M's shapes
+            @staticmethod
+            def get_text_config():
+                return type(
+                    "Text",
+                    (),
+                    {
+                        "hidden_size": 576,
+                        "intermediate_size": 1536,
+                        "num_hidden_layers": 30,
+                        "num_attention_heads": 9,
+                        "num_key_value_heads": 3,
+                    },
+                )
+
+    expected = 30 * 2 * (9 + 3) * 64 * 4 / (30 * (4 * 576 + 2 * 1536) * 4)
+    assert settings.gather_fraction(Model()) == pytest.approx(expected) == pytest.approx(0.2857, abs=1e-4)

@@ -188,3 +188,13 @@ def test_eval_cli_with_scored_decisions_is_never_invalid(run_dir):
     assert metrics["episodes"] == 2 and metrics["invalid_rate"] == 0.0
     rows = [json.loads(line) for line in (run_dir / "transcripts.jsonl").read_text().splitlines()]
     assert rows and all(r["valid"] and r["completion"] == f"{r['action']}</action>" for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("prefill", "expected"),
+    [("auto", "<action>"), ("''", "<action>"), ("'Move: '", "Move: <action>"), ("'<action>'", "<action>")],
+)
+def test_scored_prefill_opens_the_answer_tag_once(prefill, expected):
+    # experiment=kitchen_learn prefills "<action>" for its sampled algorithms; algo=twosome scores after it
+    cfg = compose_config(["model=tiny-random", "env=tictactoe", "agent.decision=score", f"agent.prefill={prefill}"])
+    assert resolve_interface(cfg.agent, [], None).prefill == expected

@@ -492,7 +492,9 @@ def resolve_interface(
     if agent_cfg.get("decision") == "score":  # the scored answer follows the opening tag (scoring.py)
         tag = agent_cfg.get("answer_tag") or "action"
         head = "" if prefill in (None, AUTO) else str(prefill)
-        return ResolvedInterface(f"{head}<{tag}>", None, f"decision=score: NAME</{tag}> after it", True)
+        if not head.rstrip().endswith(f"<{tag}>"):  # a preset's prefill may already open the tag
+            head += f"<{tag}>"
+        return ResolvedInterface(head, None, f"decision=score: NAME</{tag}> after it", True)
     if prefill != AUTO:
         return ResolvedInterface(str(prefill or ""), max_new, "set by agent.prefill")
     if agent_cfg.get("cot"):

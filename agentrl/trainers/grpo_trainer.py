@@ -57,7 +57,7 @@ from agentrl.trainers.checkpoints import CheckpointsMixin
 from agentrl.trainers.iteration import Collect, merge_process_metrics
 from agentrl.trainers.logps import kernel_applies
 from agentrl.trainers.packing import action_rows, blank_rows, pack_samples, split_by_tokens, split_even
-from agentrl.trainers.settings import auto_prompt_budget, resolve_max_batch_tokens
+from agentrl.trainers.settings import auto_prompt_budget, gather_fraction, resolve_max_batch_tokens
 from agentrl.trainers.trainer_logps import TrainerLogps
 from agentrl.types import StepSample
 
@@ -141,6 +141,7 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
             and kernel_applies(self.args.device.type, self.accelerator.num_processes)
             else None
         )
+        self.gather_fraction = gather_fraction(self.model) if self.prompt_budget else 0.0
         self.head_optimizer, self.head_scheduler = head_optimizer(actor_critic, self.args)
         self._train_logps: torch.Tensor | None = None  # the last training forward's log-probs (for the KL)
         # rollouts through TRL's vLLM engine (model.backend=vllm): rows get its importance-sampling ratio,
@@ -188,6 +189,7 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
             self.max_batch_tokens,
             self.budget_completions_only,
             self.prompt_budget,
+            self.gather_fraction,
         )
         # every process runs as many passes as the one that needs most (each pass holds collectives)
         parts += [blank_rows(parts[-1])] * (int(dist.all_max(len(parts))) - len(parts))

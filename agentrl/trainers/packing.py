@@ -100,13 +100,19 @@ COMPLETION_COLUMNS = (
 
 
 def split_by_tokens(
-    batch: dict[str, Any], budget: int, completions_only: bool = False, prompt_budget: int | None = None
+    batch: dict[str, Any],
+    budget: int,
+    completions_only: bool = False,
+    prompt_budget: int | None = None,
+    gather_fraction: float = 0.0,
 ) -> list[dict[str, Any]]:
     """A packed micro-batch as consecutive row chunks of at most `budget` padded tokens each (rows x
     (prompt + completion width), times the candidates of action-level rows; `completions_only`: rows x
     completion width, the LM-head positions), each trimmed to its own widths; a row larger than the
     budget is a chunk of its own. `prompt_budget` also bounds what the shared-prefix kernel runs with
-    gradients in one pass: each distinct prompt's tokens once, plus every row's completion tokens. Values
+    gradients in one pass: each distinct prompt's tokens once, plus every row's completion tokens, plus
+    `gather_fraction` of a token for each prompt token that a row (each of its candidates) attends over
+    from its own copy of the prompt's KV cache (rows with more than one answer token). Values
     that are not per row (`num_items_in_batch`) are shared, so the chunks' losses add up to the
     micro-batch's."""
     prompt_mask, completion_mask = batch["prompt_mask"], batch["completion_mask"]
@@ -130,14 +136,16 @@ def split_by_tokens(
             max(widest, candidates[row]),
         )
         new_prompt = prompts is not None and prompts[row] not in seen
-        adds = (prompt_len[row] if new_prompt else 0) + completion_len[row] * candidates[row]
+        gathers = completion_len[row] > 1 or candidates[row] > 1
+        copies = gather_fraction * prompt_len[row] * candidates[row] if gathers else 0.0
+        adds = (prompt_len[row] if new_prompt else 0) + completion_len[row] * candidates[row] + copies
         over = (row - start + 1) * (c if completions_only else p + c) * k > budget
         over = over or (prompts is not None and run_tokens + adds > prompt_budget)
         if row > start and over:
             chunks.append((start, row))
             start, p, c, k = row, prompt_len[row], completion_len[row], candidates[row]
             seen, run_tokens = set(), 0
-            adds = prompt_len[row] + completion_len[row] * candidates[row]
+            adds = prompt_len[row] + completion_len[row] * candidates[row] + copies
         width_p, width_c, widest = p, c, k
         if prompts is not None:
             seen.add(prompts[row])
