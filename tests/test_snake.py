@@ -49,6 +49,24 @@ def test_apple_gives_one_and_grows():
     assert reward == pytest.approx(-0.01) and len(info["state"]["body"]) == 2
 
 
+def test_approach_reward_pays_steps_toward_the_nearest_apple_only():
+    env = make_env("snake", approach_reward=0.1)
+    layout(env, snake=[[5, 5]], apples=[[2, 5]])
+    rewards = [env.step(a)[1] for a in ["up", "down", "left", "up", "up", "right"]]
+    # nearer, back, sideways (one cell farther), nearer, nearer, nearer
+    assert rewards == pytest.approx([0.09, -0.11, -0.11, 0.09, 0.09, 0.09])
+    _, reward, *_ = env.step("up")  # eats: the apple's reward, no shaping on top
+    assert reward == pytest.approx(0.99)
+    layout(env, snake=[[0, 0]], apples=[[3, 0]])
+    assert env.step("up")[1] == -1.0  # a death is the death reward alone
+    assert "nearer" not in env.instructions and "approach" not in env.instructions  # unstated
+    plain = make_env("snake")
+    layout(plain, snake=[[5, 5]], apples=[[2, 5]])
+    assert plain.step("up")[1] == pytest.approx(-0.01)
+    with pytest.raises(ConfigError, match="approach_reward"):
+        make_env("snake", approach_reward=-1)
+
+
 def test_step_penalty_every_move_and_configurable():
     env = make_env("snake")
     layout(env, snake=[[5, 5]], apples=[[0, 0]])
@@ -398,3 +416,16 @@ def test_summary_view_agrees_with_the_numeric_view_on_random_boards():
             if terminated or truncated:
                 break
     assert checked > 100
+
+
+def test_curriculum_approach_reward_shapes_training_episodes_only():
+    from agentrl.config import compose_config, typed
+    from agentrl.trainers.multistep import _train_env
+
+    cfg = compose_config(["env=snake", "algo=msgrpo", "algo.curriculum.approach_reward=0.2"])
+    train_env, _ = _train_env(cfg, typed(cfg.algo))
+    assert train_env().approach_reward == 0.2
+    assert cfg.env.approach_reward == 0.0  # what evaluation builds from
+    lake = compose_config(["env=frozenlake", "algo=msgrpo", "algo.curriculum.approach_reward=0.2"])
+    with pytest.raises(ConfigError, match="approach_reward needs an env with an approach reward"):
+        _train_env(lake, typed(lake.algo))

@@ -382,6 +382,13 @@ class SnakeConfig(EnvSchema):
         "what each move runs into [ours], or both",
         choices=("board", "summary", "board+summary"),
     )
+    approach_reward: float = setting(
+        0.0,
+        "reward per cell a surviving, non-eating move brings the head nearer the apple nearest before it "
+        "(minus per cell away); unstated in the instructions. A training aid: set it for training only "
+        "with algo.curriculum.approach_reward",
+        ge=0,
+    )
 
     def check(self, prefix: str) -> None:
         if self.start_length > self.size // 2:
@@ -738,10 +745,14 @@ class AAWConfig(Schema):
 
 @dataclass
 class CurriculumConfig(Schema):
-    """`algo.curriculum`: training-only curriculum (evaluation always runs the standard task)."""
+    """`algo.curriculum`: training-only curriculum and reward shaping (evaluation always runs the
+    standard task with its standard reward)."""
 
     random_start: float = setting(
         0.0, "FrozenLake: probability that a training episode starts on a random safe cell", ge=0, le=1
+    )
+    approach_reward: float = setting(
+        0.0, "Snake: training-only reward per cell a move brings the head nearer the nearest apple (env.approach_reward)", ge=0
     )
 
 

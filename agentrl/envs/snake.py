@@ -19,6 +19,11 @@ Rules (the seed paper's Snake, with the choices it leaves open made explicit):
   grow; they respawn like apples. Nothing else changes, which is the point of the variant: only the
   instructions tell the agent that X is bad.
 - `success` (read at the episode's end): the agent is alive and ate at least one apple.
+- `approach_reward` (0 by default; a training aid, [ours]): a move that neither kills the agent nor eats
+  adds approach_reward x (d_before - d_after), where d is the Manhattan distance from the head to the
+  apple that was nearest before the move: +c a step toward it, -c a step away, so going back and forth
+  earns nothing. The instructions do not mention it; `algo.curriculum.approach_reward` sets it for
+  training episodes only, and evaluation keeps the standard reward.
 
 All randomness (placement, respawns, opponent moves) comes from `self.np_random`, so a seed fixes the
 whole episode given the agent's actions. `reset(options=...)` can place things by hand (tests,
@@ -100,6 +105,7 @@ class SnakeEnv(TextEnv):
         poison_reward: float = -1.0,
         start_length: int = 1,
         view: str = "board",
+        approach_reward: float = 0.0,
         render_mode: str | None = None,
     ):
         if int(size) < 4:
@@ -114,7 +120,10 @@ class SnakeEnv(TextEnv):
             raise ConfigError(f"snake max_steps must be >= 1, got {max_steps}")
         if view not in VIEWS:
             raise ConfigError(f"snake view must be one of {', '.join(VIEWS)}, got {view!r}")
+        if float(approach_reward) < 0:
+            raise ConfigError(f"snake approach_reward must be >= 0, got {approach_reward}")
         super().__init__(render_mode=render_mode)
+        self.approach_reward = float(approach_reward)
         self.size = int(size)
         self.n_apples = int(apples)
         self.opponent_enabled = bool(opponent)
@@ -223,6 +232,7 @@ class SnakeEnv(TextEnv):
         agent, opp = self.snake, self.opponent
         opp_direction = self._opponent_direction() if opp is not None else None
 
+        target = self._nearest(self.apples) if self.approach_reward and self.apples else None
         # Both snakes move at once; a snake that eats an apple keeps its tail (grows by one).
         head = _step_cell(agent.head, direction)
         agent_cells = [head] + (agent.cells if head in self.apples else agent.cells[:-1])
@@ -258,6 +268,8 @@ class SnakeEnv(TextEnv):
             self.poison_eaten += 1
             reward += self.poison_reward
             event = "poison"
+        if target is not None and event != "apple":
+            reward += self.approach_reward * (_distance(agent.head, target) - _distance(head, target))
 
         opponent_event = None
         if opp is not None and opp_head is not None and opp_direction is not None:
@@ -424,7 +436,7 @@ class SnakeEnv(TextEnv):
 
     def _nearest(self, cells: list[Cell]) -> Cell:
         head = self.snake.head
-        return min(cells, key=lambda a: abs(a[0] - head[0]) + abs(a[1] - head[1]))
+        return min(cells, key=lambda a: _distance(a, head))
 
     def _blocked(self) -> tuple[set[Cell], set[Cell], set[Cell]]:
         """(cells of the agent's body in the way, enemy cells, cells next to the enemy head)."""
@@ -556,3 +568,8 @@ def _component_sizes(free: set[Cell]) -> dict[Cell, int]:
         for cell in seen:
             sizes[cell] = len(seen)
     return sizes
+
+
+def _distance(a: Cell, b: Cell) -> int:
+    """Manhattan distance between two cells."""
+    return abs(a[0] - b[0]) + abs(a[1] - b[1])

@@ -222,13 +222,20 @@ def _build_agents(cfg: DictConfig, spec: Any, algo: Any, loaded: LoadedPolicy) -
 
 
 def _train_env(cfg: DictConfig, algo: Any) -> tuple[Any, dict[str, Any] | None]:
-    """The training env's factory (`algo.max_steps` may shorten its episodes) and its reset options
-    (`algo.curriculum`); evaluation is always the standard task."""
+    """The training env's factory (`algo.max_steps` may shorten its episodes, `algo.curriculum` may add a
+    shaping reward) and its reset options (`algo.curriculum`); evaluation is always the standard task."""
     from agentrl.envs import env_factory
 
     train_env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
     if algo.max_steps is not None:
         train_env_cfg["max_steps"] = algo.max_steps
+    if algo.curriculum.approach_reward:
+        if "approach_reward" not in train_env_cfg:
+            raise ConfigError(
+                f"algo.curriculum.approach_reward needs an env with an approach reward (snake); "
+                f"{cfg.env.name} has none"
+            )
+        train_env_cfg["approach_reward"] = algo.curriculum.approach_reward
     train_env = env_factory(train_env_cfg)
     if algo.curriculum.random_start <= 0:
         return train_env, None
