@@ -497,9 +497,9 @@ def test_shared_decoding_runs_each_distinct_context_once():
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=5)
     decode_rows: list[int] = []
     hook = model.register_forward_pre_hook(
-        lambda module, args, kwargs: decode_rows.append(kwargs["input_ids"].size(0))
-        if kwargs["input_ids"].size(1) == 1
-        else None,
+        lambda module, args, kwargs: (
+            decode_rows.append(kwargs["input_ids"].size(0)) if kwargs["input_ids"].size(1) == 1 else None
+        ),
         with_kwargs=True,
     )
     try:
@@ -569,7 +569,9 @@ def _autocast_like_accelerate(model):
     import types
 
     model._original_forward = model.forward
-    model.forward = types.MethodType(torch.autocast("cpu", dtype=torch.bfloat16)(model.forward.__func__), model)
+    model.forward = types.MethodType(
+        torch.autocast("cpu", dtype=torch.bfloat16)(model.forward.__func__), model
+    )
     return model
 
 

@@ -196,5 +196,7 @@ def test_eval_cli_with_scored_decisions_is_never_invalid(run_dir):
 )
 def test_scored_prefill_opens_the_answer_tag_once(prefill, expected):
     # experiment=kitchen_learn prefills "<action>" for its sampled algorithms; algo=twosome scores after it
-    cfg = compose_config(["model=tiny-random", "env=tictactoe", "agent.decision=score", f"agent.prefill={prefill}"])
+    cfg = compose_config(
+        ["model=tiny-random", "env=tictactoe", "agent.decision=score", f"agent.prefill={prefill}"]
+    )
     assert resolve_interface(cfg.agent, [], None).prefill == expected

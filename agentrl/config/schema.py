@@ -752,7 +752,9 @@ class CurriculumConfig(Schema):
         0.0, "FrozenLake: probability that a training episode starts on a random safe cell", ge=0, le=1
     )
     approach_reward: float = setting(
-        0.0, "Snake: training-only reward per cell a move brings the head nearer the nearest apple (env.approach_reward)", ge=0
+        0.0,
+        "Snake: training-only reward per cell a move brings the head nearer the nearest apple (env.approach_reward)",
+        ge=0,
     )
 
 

@@ -215,8 +215,10 @@ class HFBackend(Backend):
         grad_context = torch.inference_mode() if plain else torch.no_grad()
         rng_devices = [device] if device.type == "cuda" else []
         try:
-            with grad_context, self._weight_casts(), torch.random.fork_rng(
-                devices=rng_devices, enabled=seed is not None
+            with (
+                grad_context,
+                self._weight_casts(),
+                torch.random.fork_rng(devices=rng_devices, enabled=seed is not None),
             ):
                 shared = self._shared_prefix(prompts)
                 head = list(prompts[0][:shared])
