@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared step runner (rlft_bandit.py)
 ALGOS = ("poad", "ntpo", "msgrpo")
 CHOICES = (*ALGOS, "twosome")
+NAMES = {"poad": "POAD", "ntpo": "NTPO", "msgrpo": "MS-GRPO", "twosome": "TWOSOME"}
 
 
 def warmup(out: Path, seed: int, threads: int) -> float:
@@ -133,7 +134,7 @@ def summarize(out: Path, algos: list[str], target: float, warmup_minutes: float 
                 )
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     lines = [
-        f"# POAD vs NTPO vs MS-GRPO, kitchen tomato salad (target greedy success >= {target})",
+        f"# {' vs '.join(NAMES[a] for a in runs)}, kitchen tomato salad (target greedy success >= {target})",
         "",
         *(
             [
@@ -185,7 +186,7 @@ def plot(runs: dict, target: float, path: Path) -> None:
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("Kitchen (tomato salad), SmolLM2-135M on CPU: POAD vs NTPO vs MS-GRPO")
+    fig.suptitle(f"Kitchen (tomato salad), SmolLM2-135M on CPU: {' vs '.join(NAMES[a] for a in runs)}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
