@@ -54,7 +54,7 @@ def warmup(out: Path, seed: int, threads: int) -> float:
 
 
 def launch(
-    algo: str, out: Path, minutes: float, seed: int, threads: int, extra: list[str]
+    algo: str, out: Path, minutes: float, seed: int, threads: int, extra: list[str], share: float = 1.0
 ) -> subprocess.Popen:
     run = out / algo
     cmd = [
@@ -67,6 +67,7 @@ def launch(
         f"seed={seed}",
         f"algo.time_limit_minutes={minutes}",
         f"algo.torch_threads={threads}",
+        f"algo.memory_share={share:.4g}",  # the runs side by side split the machine's memory
         f"hydra.run.dir={run}",
         *extra,
     ]
@@ -220,7 +221,8 @@ def main() -> None:
         warmup_minutes = warmup(args.out, args.seed, args.threads * len(args.algos))
         extra = [f"init_from={args.out / 'warmup'}", *extra]
     start = time.perf_counter()
-    procs = {a: launch(a, args.out, args.minutes, args.seed, args.threads, extra) for a in args.algos}
+    share = 1 / len(args.algos)
+    procs = {a: launch(a, args.out, args.minutes, args.seed, args.threads, extra, share) for a in args.algos}
     codes = {a: p.wait() for a, p in procs.items()}
     print(f"all runs ended after {(time.perf_counter() - start) / 60:.1f} min; exit codes {codes}")
     summarize(args.out, args.algos, args.target, warmup_minutes)

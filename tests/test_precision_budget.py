@@ -189,3 +189,35 @@ def test_gather_fraction_from_the_attention_shapes():
 
     expected = 30 * 2 * (9 + 3) * 64 * 4 / (30 * (4 * 576 + 2 * 1536) * 4)
     assert settings.gather_fraction(Model()) == pytest.approx(expected) == pytest.approx(0.2857, abs=1e-4)
+
+
+def test_memory_share_divides_the_free_memory_auto_plans_for(monkeypatch, caplog):
+    """Runs side by side (benchmarks/poad_vs_ntpo.py: three at once) each see the whole machine free at
+    their start; `algo.memory_share=1/N` makes each plan for its part."""
+
+    class Model:
+        class config:  # noqa: N801 - stands in for a transformers config
+            @staticmethod
+            def get_text_config():
+                return type(
+                    "Text",
+                    (),
+                    {
+                        "hidden_size": 576,
+                        "intermediate_size": 1536,
+                        "num_hidden_layers": 30,
+                        "vocab_size": 49152,
+                    },
+                )
+
+    monkeypatch.setattr(settings, "free_memory_bytes", lambda device: 12 * 2**30)
+    whole = settings.auto_prompt_budget(Model(), "cpu")
+    with caplog.at_level(logging.INFO, logger=settings.log.name):
+        third = settings.auto_prompt_budget(Model(), "cpu", share=1 / 3)
+        heads = resolve_max_batch_tokens("auto", Model(), "cpu", 1 / 3)
+    assert third == pytest.approx(whole / 3, abs=1)
+    assert heads == pytest.approx(resolve_max_batch_tokens("auto", Model(), "cpu") / 3, abs=1)
+    assert "4.0 GiB free in this run's share, algo.memory_share=0.333333" in caplog.text
+    assert resolve_max_batch_tokens(4096, Model(), "cpu", 0.5) == 4096  # a number is as given
+    with pytest.raises(ConfigError, match="memory_share"):
+        compose_config(["algo=msgrpo", "algo.memory_share=0"])

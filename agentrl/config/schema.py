@@ -809,6 +809,13 @@ class LLMAlgoConfig(Schema):
         "completion width) as a fifth of the free memory holds logits for (fp32, with their gradients); "
         "null: no bound",
     )
+    memory_share: float = setting(
+        1.0,
+        "share of the free memory at the start that max_batch_tokens=auto plans for (runs side by side on "
+        "one machine: 1/N each)",
+        gt=0,
+        le=1,
+    )
     entropy_coef: float = setting(0.0, "TRL entropy bonus (0: off)")
     gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass (saves memory)")
     precision: str = setting(

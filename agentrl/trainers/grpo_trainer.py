@@ -118,6 +118,7 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
         ppo_epochs: int = 1,
         target_kl: float | None = None,
         max_batch_tokens: int | str | None = None,
+        memory_share: float = 1.0,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -132,11 +133,13 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
         if max_batch_tokens == "auto" and self.is_deepspeed_enabled:
             max_batch_tokens = None
         self.budget_completions_only = max_batch_tokens == "auto"
-        self.max_batch_tokens = resolve_max_batch_tokens(max_batch_tokens, self.model, str(self.args.device))
+        self.max_batch_tokens = resolve_max_batch_tokens(
+            max_batch_tokens, self.model, str(self.args.device), memory_share
+        )
         # where the shared-prefix kernel runs, "auto" also bounds its activations: rows whose prompts all
         # differ (random maps, long histories) would otherwise run hundreds of prompts with gradients at once
         self.prompt_budget = (
-            auto_prompt_budget(self.model, str(self.args.device))
+            auto_prompt_budget(self.model, str(self.args.device), share=memory_share)
             if max_batch_tokens == "auto"
             and kernel_applies(self.args.device.type, self.accelerator.num_processes)
             else None

@@ -271,6 +271,7 @@ def _build_trainer(
         ppo_epochs=getattr(algo, "ppo_epochs", 1),
         target_kl=getattr(algo, "target_kl", None),
         max_batch_tokens=algo.max_batch_tokens,
+        memory_share=algo.memory_share,
     )
     trainer.remove_callback(PrinterCallback)  # the progress bar and metrics.jsonl replace its prints
     trainer.remove_callback(ProgressCallback)

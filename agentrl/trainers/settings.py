@@ -89,41 +89,53 @@ def gather_fraction(model: Any) -> float:
     return gathered / activation_bytes_per_token(model)
 
 
-def auto_prompt_budget(model: Any, device: str, fraction: float = AUTO_ACTIVATION_FRACTION) -> int:
+def auto_prompt_budget(
+    model: Any, device: str, fraction: float = AUTO_ACTIVATION_FRACTION, share: float = 1.0
+) -> int:
     """`algo.max_batch_tokens=auto` where the shared-prefix kernel runs (a CPU, one process): tokens run
     with gradients per pass (each distinct prompt once, every completion, and every row's copy of its
-    prompt at `gather_fraction` of a token) whose activations fill `fraction` of the free memory. Rows that share few prompts (a fixed map) are unaffected; rows that all
-    differ (random maps, long histories) are cut into passes that fit (at least one row a pass)."""
-    free = free_memory_bytes(device)
+    prompt at `gather_fraction` of a token) whose activations fill `fraction` of `share` of the free
+    memory. Rows that share few prompts (a fixed map) are unaffected; rows that all differ (random maps,
+    long histories) are cut into passes that fit (at least one row a pass)."""
+    free = int(free_memory_bytes(device) * share)
     per_token = activation_bytes_per_token(model)
     budget = max(1, int(free * fraction) // per_token)
     log.info(
         "algo.max_batch_tokens=auto: at most %d distinct prompt and completion tokens per pass with "
-        "gradients (%.1f GiB free, ~%.2f MB of activations a token: %.0f%% of it)",
+        "gradients (%.1f GiB free%s, ~%.2f MB of activations a token: %.0f%% of it)",
         budget,
         free / 2**30,
+        _share_note(share),
         per_token / 1e6,
         100 * fraction,
     )
     return budget
 
 
-def resolve_max_batch_tokens(setting: int | str | None, model: Any, device: str) -> int | None:
-    """`algo.max_batch_tokens`: a number or null as given; "auto" from free memory and the vocabulary."""
+def resolve_max_batch_tokens(
+    setting: int | str | None, model: Any, device: str, share: float = 1.0
+) -> int | None:
+    """`algo.max_batch_tokens`: a number or null as given; "auto" from the vocabulary and `share` of the
+    free memory (`algo.memory_share`: runs side by side on one machine each plan for their part)."""
     if setting != "auto":
         return setting  # type: ignore[return-value]
     vocab = int(model.config.get_text_config().vocab_size)
-    free = free_memory_bytes(device)
+    free = int(free_memory_bytes(device) * share)
     budget = auto_token_budget(free, vocab)
     log.info(
-        "algo.max_batch_tokens=auto: %d LM-head positions per pass (%.1f GiB free, vocabulary %d: "
+        "algo.max_batch_tokens=auto: %d LM-head positions per pass (%.1f GiB free%s, vocabulary %d: "
         "%.0f%% of it for fp32 logits and their gradients)",
         budget,
         free / 2**30,
+        _share_note(share),
         vocab,
         100 * AUTO_MEMORY_FRACTION,
     )
     return budget
+
+
+def _share_note(share: float) -> str:
+    return "" if share == 1 else f" in this run's share, algo.memory_share={share:g}"
 
 
 def cpu_precision_shapes(model_cfg: Any, algo: Any, device: str, world: int) -> tuple[int, int] | None:
