@@ -95,8 +95,9 @@ def auto_prompt_budget(
     """`algo.max_batch_tokens=auto` where the shared-prefix kernel runs (a CPU, one process): tokens run
     with gradients per pass (each distinct prompt once, every completion, and every row's copy of its
     prompt at `gather_fraction` of a token) whose activations fill `fraction` of `share` of the free
-    memory. Rows that share few prompts (a fixed map) are unaffected; rows that all differ (random maps,
-    long histories) are cut into passes that fit (at least one row a pass)."""
+    memory. Rows that share their prompt (a fixed map) count it once, plus their copies when their
+    answers have several tokens; rows that all differ (random maps, long histories) are cut into passes
+    that fit (at least one row a pass)."""
     free = int(free_memory_bytes(device) * share)
     per_token = activation_bytes_per_token(model)
     budget = max(1, int(free * fraction) // per_token)
