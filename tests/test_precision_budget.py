@@ -127,13 +127,7 @@ def test_the_auto_prompt_budget_cuts_passes_of_distinct_prompts_not_shared_ones(
 
 
 def test_the_auto_prompt_budget_fills_a_share_of_free_memory_with_activations(monkeypatch, caplog):
-    class Model:
-        class config:  # noqa: N801 - stands in for a transformers config
-            @staticmethod
-            def get_text_config():
-                return type(
-                    "Text", (), {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30}
-                )
+    Model = _smollm2_shaped  # noqa: N806 - a stand-in class
 
     per_token = settings.activation_bytes_per_token(Model())
     assert per_token == 30 * (4 * 576 + 2 * 1536) * 4  # ~0.65 MB: SmolLM2-135M measured ~0.7 MB
@@ -171,21 +165,7 @@ def test_the_auto_prompt_budget_counts_each_rows_copy_of_its_prompt():
 
 
 def test_gather_fraction_from_the_attention_shapes():
-    class Model:
-        class config:  # noqa: N801 - SmolLM2-135M's shapes
-            @staticmethod
-            def get_text_config():
-                return type(
-                    "Text",
-                    (),
-                    {
-                        "hidden_size": 576,
-                        "intermediate_size": 1536,
-                        "num_hidden_layers": 30,
-                        "num_attention_heads": 9,
-                        "num_key_value_heads": 3,
-                    },
-                )
+    Model = _smollm2_shaped  # noqa: N806 - a stand-in class
 
     expected = 30 * 2 * (9 + 3) * 64 * 4 / (30 * (4 * 576 + 2 * 1536) * 4)
     assert settings.gather_fraction(Model()) == pytest.approx(expected) == pytest.approx(0.2857, abs=1e-4)
@@ -195,20 +175,7 @@ def test_memory_share_divides_the_free_memory_auto_plans_for(monkeypatch, caplog
     """Runs side by side (benchmarks/poad_vs_ntpo.py: three at once) each see the whole machine free at
     their start; `algo.memory_share=1/N` makes each plan for its part."""
 
-    class Model:
-        class config:  # noqa: N801 - stands in for a transformers config
-            @staticmethod
-            def get_text_config():
-                return type(
-                    "Text",
-                    (),
-                    {
-                        "hidden_size": 576,
-                        "intermediate_size": 1536,
-                        "num_hidden_layers": 30,
-                        "vocab_size": 49152,
-                    },
-                )
+    Model = _smollm2_shaped  # noqa: N806 - a stand-in class
 
     monkeypatch.setattr(settings, "free_memory_bytes", lambda device: 12 * 2**30)
     whole = settings.auto_prompt_budget(Model(), "cpu")
@@ -221,3 +188,21 @@ def test_memory_share_divides_the_free_memory_auto_plans_for(monkeypatch, caplog
     assert resolve_max_batch_tokens(4096, Model(), "cpu", 0.5) == 4096  # a number is as given
     with pytest.raises(ConfigError, match="memory_share"):
         compose_config(["algo=msgrpo", "algo.memory_share=0"])
+
+
+class _smollm2_shaped:  # noqa: N801 - a model whose config has SmolLM2-135M's shapes
+    class config:  # noqa: N801 - stands in for a transformers config
+        @staticmethod
+        def get_text_config():
+            return type(
+                "Text",
+                (),
+                {
+                    "hidden_size": 576,
+                    "intermediate_size": 1536,
+                    "num_hidden_layers": 30,
+                    "num_attention_heads": 9,
+                    "num_key_value_heads": 3,
+                    "vocab_size": 49152,
+                },
+            )
