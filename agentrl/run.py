@@ -851,12 +851,12 @@ def _scale(plan: Plan) -> str:
         name = str(OmegaConf.select(cfg, "distributed.name", default="none"))
         processes = _processes(cfg)
         precision = str(cfg.algo.get("precision", "auto"))
-        shown = "bf16-mixed" if precision == "auto" and cuda else "fp32" if precision == "auto" else precision
+        shown = _shown_precision(precision, cuda, processes, cfg.model)
         engine = f"distributed={name}, {processes} process{'es' if processes > 1 else ''}, precision {shown}"
         if int(cfg.model.lora.r) > 0:  # frozen base weights; adapters and their optimizer are small
             what, per_param = "frozen weights (LoRA)", weight_bytes
         else:  # fp32 master weights, gradients and Adam's two moments
-            what, per_param = "weights, gradients, Adam state", 16 if shown != "bf16-pure" else 8
+            what, per_param = "weights, gradients, Adam state", 16 if precision != "bf16-pure" else 8
         if name not in ("zero3", "fsdp2"):
             processes = 1  # every process holds it all (zero2 shards only part of it)
     if params is None:
@@ -866,6 +866,32 @@ def _scale(plan: Plan) -> str:
         size = f"{params / 1e9:.3g}B" if params >= 1e9 else f"{params / 1e6:.3g}M"
         memory = f"~{size} parameters: ~{gib:.3g} GiB per process for {what} (activations extra)"
     return f"{engine} on {device}; {memory}"
+
+
+def _shown_precision(precision: str, cuda: bool, processes: int, model_cfg: Any) -> str:
+    """What `algo.precision` will be, as far as a dry run can tell without timing anything: on a CPU, `auto`
+    is decided at launch by timing bf16 against fp32 (agentrl/trainers/precision.py), so the line says
+    what that choice depends on."""
+    if precision != "auto":
+        return precision
+    if cuda:
+        return "auto = bf16-mixed"
+    from agentrl.trainers.precision import MIN_HIDDEN, MIN_SPEEDUP, bf16_instructions, cpu_flags, model_shapes
+
+    found = [f for f in bf16_instructions(cpu_flags()) if f != "amx_tile"]
+    if not found:
+        return "auto = fp32 (the CPU has no bf16 matrix instructions)"
+    if processes > 1:
+        return "auto = fp32 (several processes)"
+    shapes = model_shapes(model_cfg)
+    if shapes is None:
+        return "auto = fp32 (the model's layer sizes are unknown)"
+    if shapes[0] < MIN_HIDDEN:
+        return f"auto = fp32 (hidden size {shapes[0]} < {MIN_HIDDEN})"
+    return (
+        f"auto: bf16-mixed if bf16 autocast times >= {MIN_SPEEDUP}x fp32 at launch "
+        f"({', '.join(found)}), else fp32"
+    )
 
 
 def model_parameters(model_cfg: Any) -> int | None:

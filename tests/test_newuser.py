@@ -167,7 +167,7 @@ def test_dry_run_prints_the_plan_then_every_failing_check(tmp_path, monkeypatch)
     assert result.exit_code == 2, result.output
     out = result.output
     assert out.index("dry run: agentrl train") < out.index("run dir") < out.index("error: ")
-    assert "scale  distributed=zero3, 2 processes, precision fp32 on cpu" in out
+    assert "scale  distributed=zero3, 2 processes, precision auto = fp32 (" in out
     assert "GiB per process" in out
     errors = [line for line in out.splitlines() if line.startswith("error: ")]
     assert any("needs CUDA GPUs" in e for e in errors) and any("needs DeepSpeed" in e for e in errors)

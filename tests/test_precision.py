@@ -68,3 +68,21 @@ def test_resolve_precision():
     assert resolve_precision("auto", "cuda:0") == "bf16-mixed"
     assert resolve_precision("auto", "cpu") == "fp32"  # no model shapes: the launcher's view
     assert resolve_precision("auto", "cpu", (64, 128)) == "fp32"  # the tiny model, on any CPU
+
+
+def test_the_dry_run_says_what_auto_depends_on(monkeypatch):
+    """A dry run times nothing, so on a CPU it names what `auto` will be decided by at launch, never a
+    bare "fp32" that the launch then contradicts."""
+    from agentrl.run import _shown_precision
+
+    monkeypatch.setattr(precision, "model_shapes", lambda model_cfg: (576, 1536))
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
+    shown = _shown_precision("auto", False, 1, None)
+    assert shown.startswith("auto: bf16-mixed if bf16 autocast times >= 1.3x") and "avx512_bf16" in shown
+    assert _shown_precision("auto", False, 2, None) == "auto = fp32 (several processes)"
+    assert _shown_precision("auto", True, 1, None) == "auto = bf16-mixed"
+    assert _shown_precision("fp32", False, 1, None) == "fp32"
+    monkeypatch.setattr(precision, "model_shapes", lambda model_cfg: (64, 128))
+    assert _shown_precision("auto", False, 1, None) == "auto = fp32 (hidden size 64 < 256)"
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512f"}))
+    assert _shown_precision("auto", False, 1, None) == "auto = fp32 (the CPU has no bf16 matrix instructions)"
