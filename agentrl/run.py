@@ -876,18 +876,21 @@ def _shown_precision(precision: str, cuda: bool, processes: int, model_cfg: Any)
         return precision
     if cuda:
         return "auto = bf16-mixed"
-    from agentrl.trainers.precision import MIN_HIDDEN, MIN_SPEEDUP, bf16_instructions, cpu_flags, model_shapes
+    from agentrl.trainers.precision import (
+        MIN_SPEEDUP,
+        bf16_instructions,
+        cpu_flags,
+        fp32_without_timing,
+        model_shapes,
+    )
 
-    found = [f for f in bf16_instructions(cpu_flags()) if f != "amx_tile"]
-    if not found:
-        return "auto = fp32 (the CPU has no bf16 matrix instructions)"
-    if processes > 1:
-        return "auto = fp32 (several processes)"
-    shapes = model_shapes(model_cfg)
-    if shapes is None:
-        return "auto = fp32 (the model's layer sizes are unknown)"
-    if shapes[0] < MIN_HIDDEN:
-        return f"auto = fp32 (hidden size {shapes[0]} < {MIN_HIDDEN})"
+    flags = cpu_flags()
+    untimed = fp32_without_timing(flags, model_shapes(model_cfg))
+    if untimed is None and processes > 1:
+        untimed = "several processes"
+    if untimed:
+        return f"auto = fp32 ({untimed})"
+    found = [f for f in bf16_instructions(flags) if f != "amx_tile"]
     return (
         f"auto: bf16-mixed if bf16 autocast times >= {MIN_SPEEDUP}x fp32 at launch "
         f"({', '.join(found)}), else fp32"

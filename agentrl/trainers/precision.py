@@ -92,6 +92,17 @@ def autocast_speedup(hidden: int, intermediate: int, threads: int, rows: int = P
         torch.set_num_threads(previous)
 
 
+def fp32_without_timing(flags: frozenset[str], shapes: tuple[int, int] | None) -> str | None:
+    """Why `auto` is fp32 on a CPU with these flags before anything is timed; None when the timing decides."""
+    if not bf16_instructions(flags):
+        return "the CPU has no bf16 matrix instructions"
+    if shapes is None:
+        return "the model's layer sizes are unknown"
+    if shapes[0] < MIN_HIDDEN:
+        return f"hidden size {shapes[0]} < {MIN_HIDDEN}"
+    return None
+
+
 def cpu_auto_precision(
     shapes: tuple[int, int] | None, cpuinfo: str | Path = "/proc/cpuinfo"
 ) -> tuple[str, str]:
@@ -101,12 +112,10 @@ def cpu_auto_precision(
 
     flags = cpu_flags(cpuinfo)
     cpu = describe_cpu(flags)
-    if not bf16_instructions(flags):
-        return "fp32", f"{cpu}: fp32"
-    if shapes is None:
-        return "fp32", f"{cpu}; the model's layer sizes are unknown: fp32"
-    if shapes[0] < MIN_HIDDEN:
-        return "fp32", f"{cpu}; hidden size {shapes[0]} < {MIN_HIDDEN}, too small for bf16 to pay: fp32"
+    untimed = fp32_without_timing(flags, shapes)
+    if untimed:
+        return "fp32", f"{cpu}; {untimed}: fp32"
+    assert shapes is not None
     speedup = autocast_speedup(*shapes, torch.get_num_threads())
     choice = "bf16-mixed" if speedup >= MIN_SPEEDUP else "fp32"
     return choice, (
