@@ -1,7 +1,7 @@
 """RLFT on tic-tac-toe with rationales: the return of the embedded SmolLM2-135M against the random and the
-MCTS opponent, before and after RLFT (`experiment=rlft_tictactoe`, trained against the random opponent),
-on the same held-out games (the eval seeds of `--seed`), CPU (docs/algorithms.md#rlft; Schmied et al.,
-arXiv 2504.16078).
+MCTS opponent, before and after RLFT (`experiment=rlft_tictactoe`, trained against the random opponent, or
+against MCTS with `--train-opponent mcts`), on the same held-out games (the eval seeds of `--seed`), CPU
+(docs/algorithms.md#rlft; Schmied et al., arXiv 2504.16078).
 
 Runs, one after another, each through the runner itself (`python -m agentrl.cli`), `--threads` torch threads (default 1):
 
@@ -16,6 +16,10 @@ Runs, one after another, each through the runner itself (`python -m agentrl.cli`
    without `init_from` when the warm-up step is not run and `warmup/` holds no complete run); its final
    greedy eval on the same `--episodes` eval seeds is the trained model against the random opponent;
 5. `eval from_run=<out>/train env.opponent=mcts` (`trained_mcts/`).
+
+With `--train-opponent mcts` step 4 trains against the MCTS opponent (the RLFT paper trains one model per
+opponent), its final eval is the trained row against MCTS, and the extra step `trained_random` gives its row
+against the random opponent.
 
 Two returns are reported, both mean ± stderr over the games: `return`, eval.json's `mean_return` (the game
 result plus the -5 penalty of each unusable answer, what training maximises), and `game return`, the
@@ -89,7 +93,8 @@ KNOWING_DOING = (
     "doing_given_knowing",
     "agreement_rate",
 )
-#: run directory -> (model label, opponent)
+#: run directory -> (model label, opponent); `train`'s opponent is the one it was trained against
+#: (`--train-opponent`, read back from its .hydra config by `runs_of`)
 RUNS = {
     "base_random": ("base model", "random"),
     "warmup": ("format warm-up", "random"),
@@ -99,6 +104,44 @@ RUNS = {
     "random_random": ("random agent", "random"),
     "random_mcts": ("random agent", "mcts"),
 }
+
+
+def train_opponent(out: Path) -> str:
+    """The opponent `out/train` was trained (and finally evaluated) against: its config's env.opponent."""
+    config = out / "train" / ".hydra" / "config.yaml"
+    if config.is_file():
+        from omegaconf import OmegaConf
+
+        return str(OmegaConf.load(config).env.get("opponent", "random"))
+    return "random"
+
+
+def runs_of(out: Path) -> dict[str, tuple[str, str]]:
+    """Row -> (model label, opponent) for `out`. Trained against MCTS (`--train-opponent mcts`), `train/`'s
+    own final eval is the trained model against MCTS, so the `trained_random/` step gives its row against
+    the random opponent and `trained_mcts/` replaces `train/` (an eval of it again)."""
+    opponent = train_opponent(out)
+    if opponent == "random":
+        return dict(RUNS)
+    label = f"RLFT-trained vs {opponent}"
+    runs = {k: v for k, v in RUNS.items() if k != "trained_mcts"}
+    runs["train"] = (label, opponent)
+    runs["trained_random"] = (label, "random")
+    return runs
+
+
+def replacements_of(out: Path) -> dict[str, str]:
+    """Row -> the extra step whose eval replaces the row's own (the same model and opponent)."""
+    if train_opponent(out) == "random":
+        return dict(REPLACEMENTS)
+    return {"train": "trained_mcts", "warmup": "warmup_random"}
+
+
+def target_pairs(out: Path) -> tuple[tuple[str, str, str], ...]:
+    """(opponent, base row, trained row) for the before/after targets."""
+    if train_opponent(out) == "random":
+        return (("random", "base_random", "train"), ("mcts", "base_mcts", "trained_mcts"))
+    return (("random", "base_random", "trained_random"), ("mcts", "base_mcts", "train"))
 
 
 def game_return(data: dict[str, Any]) -> dict[str, float]:
@@ -148,38 +191,37 @@ def move_figures(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_eval_path(out: Path, name: str) -> Path:
-    """eval.json of a row: its replacement's (`REPLACEMENTS`) when that exists, else its own."""
-    extra = REPLACEMENTS.get(name)
+    """eval.json of a row: its replacement's (`replacements_of`) when that exists, else its own."""
+    extra = replacements_of(out).get(name)
     if extra and (out / extra / "eval.json").is_file():
         return out / extra / "eval.json"
     return out / name / "eval.json"
 
 
 def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
-    evals = {name: load(run_eval_path(out, name)) for name in RUNS if run_eval_path(out, name).is_file()}
+    runs = runs_of(out)
+    evals = {name: load(run_eval_path(out, name)) for name in runs if run_eval_path(out, name).is_file()}
     if not evals:
-        raise BenchmarkError(f"no eval.json under {out}/{{{','.join(RUNS)}}}")
+        raise BenchmarkError(f"no eval.json under {out}/{{{','.join(runs)}}}")
     seeds = {e.get("seed") for e in evals.values()}
     counts = {e.get("episodes") for e in evals.values()}
     if len(seeds) > 1 or len(counts) > 1:
         raise BenchmarkError(f"the evals differ in seed ({seeds}) or episode count ({counts})")
     rows = {
-        name: {**row_of(e), "model": RUNS[name][0], "opponent": RUNS[name][1]} for name, e in evals.items()
+        name: {**row_of(e), "model": runs[name][0], "opponent": runs[name][1]} for name, e in evals.items()
     }
     summary: dict[str, Any] = {
         "preset": PRESET,
         "out": display_path(out),
+        "train_opponent": train_opponent(out),
         "runs": rows,
-        "missing": [name for name in RUNS if name not in evals],
+        "missing": [name for name in runs if name not in evals],
     }
     if (out / "train").is_dir():
         summary["training"] = training_info(out / "train")
         summary["training"]["train_time_s"] = evals.get("train", {}).get("train_time_s")
     targets = {}
-    for opponent, before, after in (
-        ("random", "base_random", "train"),
-        ("mcts", "base_mcts", "trained_mcts"),
-    ):
+    for opponent, before, after in target_pairs(out):
         if before in rows and after in rows:
             targets[f"return_vs_{opponent}_rises"] = change(rows[before]["return"], rows[after]["return"], +1)
             targets[f"game_return_vs_{opponent}_rises"] = change(
@@ -203,13 +245,14 @@ def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
 
 def markdown(summary: dict[str, Any]) -> str:
     rows = summary["runs"]
+    opponent = summary.get("train_opponent", "random")
     first = next(iter(rows.values()))
     lines = [
         "# RLFT on tic-tac-toe (SmolLM2-135M, CPU)",
         "",
         f"Same {first['episodes']} held-out games (eval seeds of seed={first['seed']}) for every row; the agent "
         "plays X and moves first; greedy LLM decoding with rationales (`experiment=rlft_tictactoe`, trained "
-        "against the random opponent). `return`: eval.json's mean_return (game result plus -5 per unusable "
+        f"against the {opponent} opponent). `return`: eval.json's mean_return (game result plus -5 per unusable "
         "answer); `game return`: win rate - loss rate. Mean ± stderr over games. `optimal moves`: the share of "
         "the agent's moves that perfect play would make (an invalid answer counts as none); `knowing`: over "
         "the valid answers with a rationale in positions where some move is not optimal, the share whose "
@@ -220,10 +263,7 @@ def markdown(summary: dict[str, Any]) -> str:
         " optimal moves | knowing | doing given knowing |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name in RUNS:
-        if name not in rows:
-            continue
-        r = rows[name]
+    for r in rows.values():
         lines.append(
             f"| {r['model']} | {r['opponent']} | {r['episodes']} | {fmt(r['return'], 2)} | {fmt(r['game_return'], 2)} |"
             f" {share(r['win_rate'])} | {share(r['draw_rate'])} | {share(r['loss_rate'])} | {share(r['invalid_rate'])} |"
@@ -234,7 +274,7 @@ def markdown(summary: dict[str, Any]) -> str:
     if training:
         lines += [
             "",
-            f"Training (against the random opponent): {training.get('iterations')} iterations in "
+            f"Training (against the {opponent} opponent): {training.get('iterations')} iterations in "
             f"{training.get('train_minutes')} min (train_time_s {training.get('train_time_s')}; run status "
             f"{training.get('status')}"
             + (f": {training['reason']}" if training.get("reason") else "")
@@ -263,7 +303,10 @@ def plot(rows: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    models = [("base model", "C0"), ("format warm-up", "C1"), ("RLFT-trained", "C3"), ("random agent", "0.5")]
+    trained = next(
+        (r["model"] for r in rows.values() if r["model"].startswith("RLFT-trained")), "RLFT-trained"
+    )
+    models = [("base model", "C0"), ("format warm-up", "C1"), (trained, "C3"), ("random agent", "0.5")]
     width = 0.2
     for ax, key, ylabel in (
         (axes[0], "return", "return (game result, -5 per unusable answer)"),
@@ -308,6 +351,12 @@ def main(argv: list[str] | None = None) -> int:
         help="iteration cap (default: effectively none, the budget stops training)",
     )
     parser.add_argument("--seed", type=int, default=0, help="global seed: training and the eval seeds")
+    parser.add_argument(
+        "--train-opponent",
+        choices=OPPONENTS,
+        default="random",
+        help="the opponent RLFT trains against (the warm-up and base rows do not depend on it)",
+    )
     parser.add_argument("--episodes", type=int, default=50, help="held-out games per row")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "rlft_tictactoe")
@@ -379,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
                 [
                     "train",
                     f"experiment={PRESET}",
-                    "env.opponent=random",
+                    f"env.opponent={args.train_opponent}",
                     *common,
                     f"algo.time_limit_minutes={args.minutes}",
                     f"algo.iterations={args.iterations}",

@@ -220,3 +220,36 @@ def test_tictactoe_rows_take_a_re_evaluation_when_there_is_one(tmp_path: Path) -
     _write(tmp_path / "warmup_random", _ttt_eval(0.6, 0.2, 0.2))
     assert rlft_tictactoe.run_eval_path(tmp_path, "warmup") == tmp_path / "warmup_random" / "eval.json"
     assert rlft_tictactoe.summarize(tmp_path)["runs"]["warmup"]["win_rate"] == 0.6
+
+
+def test_tictactoe_trained_against_mcts(tmp_path: Path, monkeypatch) -> None:
+    """`--train-opponent mcts` trains against MCTS; the summary reads the opponent from the train run's
+    config: its own eval is the row against MCTS, `trained_random/` the row against the random opponent,
+    and the targets compare each with the base model against the same opponent."""
+    calls: dict[str, list[str]] = {}
+
+    def fake_run_step(name: str, args: list[str], out: Path, threads: int) -> Path:
+        calls[name] = args
+        _write(out / name, _ttt_eval(0.5, 0.2, 0.3))
+        return out / name
+
+    monkeypatch.setattr(rlft_tictactoe, "run_step", fake_run_step)
+    rlft_tictactoe.main(["--out", str(tmp_path / "a"), "--steps", "train", "--train-opponent", "mcts"])
+    assert "env.opponent=mcts" in calls["train"] and "env.opponent=random" not in calls["train"]
+
+    out = tmp_path / "b"
+    _write(out / "base_random", _ttt_eval(0.4, 0.1, 0.5))
+    _write(out / "base_mcts", _ttt_eval(0.0, 0.1, 0.9))
+    _write(out / "train", _ttt_eval(0.1, 0.5, 0.4))
+    (out / "train" / ".hydra").mkdir()
+    (out / "train" / ".hydra" / "config.yaml").write_text("env:\n  name: tictactoe\n  opponent: mcts\n")
+    _write(out / "trained_random", _ttt_eval(0.6, 0.1, 0.3))
+    summary = rlft_tictactoe.summarize(out)
+    assert summary["train_opponent"] == "mcts"
+    assert summary["runs"]["train"]["opponent"] == "mcts"
+    assert summary["runs"]["trained_random"]["opponent"] == "random"
+    assert summary["targets"]["game_return_vs_mcts_rises"]["change"] == pytest.approx(0.6)
+    assert summary["targets"]["game_return_vs_random_rises"]["change"] == pytest.approx(0.4)
+    md = (out / "summary.md").read_text()
+    assert "trained against the mcts opponent" in md
+    assert "| RLFT-trained vs mcts | mcts | 50 |" in md and "| RLFT-trained vs mcts | random | 50 |" in md
