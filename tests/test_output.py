@@ -55,6 +55,34 @@ def test_plain_training_progress_is_one_whole_line_per_iteration_with_eta():
     assert out.getvalue().splitlines()[1].startswith("eval frozenlake 4/4 (100%) elapsed 0:20 eta 0:00 |")
 
 
+def test_a_time_limited_run_shows_the_time_left_as_its_eta(monkeypatch):
+    """`algo.iterations` is a cap far above what a time-limited run reaches: the ETA comes from the time
+    limit (time left plus the iteration that crosses it), not from the iteration count."""
+    from agentrl.trainers import callbacks
+
+    clock = FakeClock()
+    bar, out = _plain(10_000, True, clock)
+    now = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+    limit = callbacks.TimeLimit(3600)
+    limit.on_train_begin(None, None, None)
+
+    class Log:
+        def log(self, step, row):
+            pass
+
+    class State:
+        global_step = 1
+
+    writer = callbacks.MetricsWriter(Log(), bar, {}, time_left=limit.seconds_left)
+    now[0], clock.now = 120.0, 1120.0  # one 120-s iteration of the hour
+    writer.on_log(None, State(), None, logs={"iteration_s": 120.0, "train/mean_return": 0.5})
+    line = out.getvalue().splitlines()[-1]
+    assert line.startswith("eval frozenlake 1/10000 (0%) elapsed 2:00 eta <=1:00:00 |"), line
+    assert limit.seconds_left() == 3480.0
+    assert callbacks.TimeLimit(None).seconds_left() is None
+
+
 def test_plain_eval_progress_every_tenth_at_most_each_second_heartbeat_and_last_line():
     clock = FakeClock()
     bar, out = _plain(20, False, clock)

@@ -102,6 +102,13 @@ class TimeLimit(TrainerCallback):
         self.start = time.perf_counter()
         return control
 
+    def seconds_left(self) -> float | None:
+        """Training seconds left before the limit (None without one); the iteration that crosses it
+        still finishes."""
+        if not self.seconds:
+            return None
+        return max(self.seconds - (time.perf_counter() - self.start), 0.0)
+
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         # every process stops after the same iteration (their clocks differ a little)
         if dist.any_true(bool(self.seconds) and time.perf_counter() - self.start >= self.seconds):
@@ -174,13 +181,21 @@ class SignalSafePoints(TrainerCallback):
 
 class MetricsWriter(TrainerCallback):
     """Writes each iteration's log row (TRL's loss statistics + the rollout metrics + pending periodic
-    eval) to the run's MetricsLog and advances the progress bar with a one-line summary."""
+    eval) to the run's MetricsLog and advances the progress bar with a one-line summary. `time_left`
+    (TimeLimit.seconds_left) bounds the bar's ETA: a run that stops on its time limit ends within the
+    time left plus one more iteration, however many iterations `algo.iterations` allows."""
 
     def __init__(
-        self, metrics_log: Any, bar: Any, pending: dict[str, Any], rename: dict[str, str] | None = None
+        self,
+        metrics_log: Any,
+        bar: Any,
+        pending: dict[str, Any],
+        rename: dict[str, str] | None = None,
+        time_left: Callable[[], float | None] | None = None,
     ):
         self.metrics_log, self.bar, self.pending = metrics_log, bar, pending
         self.rename = rename or {}
+        self.time_left = time_left
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
         if not logs or "train_runtime" in logs:  # the Trainer's end-of-training summary
@@ -189,7 +204,10 @@ class MetricsWriter(TrainerCallback):
         row.update(self.pending)
         self.pending.clear()
         self.metrics_log.log(state.global_step, row)
-        self.bar.advance(self.progress_line(row))
+        left = self.time_left() if self.time_left is not None else None
+        if left is not None:
+            left += float(row.get("iteration_s") or 0.0)  # the iteration that crosses the limit
+        self.bar.advance(self.progress_line(row), eta_s=left)
         return control
 
     @staticmethod

@@ -321,13 +321,16 @@ def _train(
             with progress(cfg.algo.name, total=algo.iterations) as bar:
                 if done_before:
                     bar.advance(n=done_before)
+                limit = TimeLimit(minutes * 60 if minutes else None)
                 for callback in (
                     BeforeTraining(evals.before_training) if wants_before else None,
                     RolloutCacheReset(policy.backend, trainer.rollout_backend),
-                    TimeLimit(minutes * 60 if minutes else None),
+                    limit,
                     PeriodicEval(algo.eval_every, periodic_eval, pending),
                     CheckpointEvery(algo.checkpoint_every),
-                    MetricsWriter(metrics_log, bar, pending, METRIC_RENAMES) if main else None,
+                    MetricsWriter(metrics_log, bar, pending, METRIC_RENAMES, limit.seconds_left)
+                    if main
+                    else None,
                     SignalSafePoints(stop),  # after MetricsWriter: a held signal waits for the row
                 ):
                     if callback is not None:
