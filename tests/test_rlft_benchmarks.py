@@ -253,3 +253,18 @@ def test_tictactoe_trained_against_mcts(tmp_path: Path, monkeypatch) -> None:
     md = (out / "summary.md").read_text()
     assert "trained against the mcts opponent" in md
     assert "| RLFT-trained vs mcts | mcts | 50 |" in md and "| RLFT-trained vs mcts | random | 50 |" in md
+
+
+def test_credit_snr_sees_the_bonus_and_the_discount() -> None:
+    """benchmarks/rlft_credit_snr.py through the preset's credit code: without a bonus a new button's
+    press earns nothing over a repeat; with one it does, and more clearly the less the -5 penalties of
+    later steps are carried back (smaller gamma)."""
+    import numpy as np
+    import rlft_credit_snr
+
+    def snr(gamma: float, bonus: float) -> float:
+        rng = np.random.default_rng(0)
+        return rlft_credit_snr.measure(rng, 60, gamma, bonus, explore=0.1, invalid=0.2)["gap_over_std"]
+
+    assert abs(snr(1.0, 0.0)) < 0.05
+    assert snr(0.0, 3.0) > 0.5 > snr(1.0, 3.0) > snr(1.0, 1.0) > 0.02
