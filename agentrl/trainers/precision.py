@@ -59,9 +59,12 @@ def describe_cpu(flags: frozenset[str]) -> str:
     import torch
 
     found = bf16_instructions(flags)
-    amx = "AMX" if "amx_bf16" in found else "no AMX"
-    names = ", ".join(f for f in found if f != "amx_tile") or "no bf16 matrix instructions"
-    return f"{names} ({amx}); torch CPU capability {torch.backends.cpu.get_cpu_capability()}"
+    if found:
+        amx = "AMX" if "amx_bf16" in found else "no AMX"
+        names = ", ".join(f for f in found if f != "amx_tile") + f" ({amx})"
+    else:
+        names = "neither avx512_bf16 nor amx_bf16"
+    return f"{names}; torch CPU capability {torch.backends.cpu.get_cpu_capability()}"
 
 
 @functools.cache
