@@ -124,10 +124,9 @@ def runs_of(out: Path) -> dict[str, tuple[str, str]]:
     if opponent == "random":
         return dict(RUNS)
     label = f"RLFT-trained vs {opponent}"
-    runs = {k: v for k, v in RUNS.items() if k != "trained_mcts"}
-    runs["train"] = (label, opponent)
-    runs["trained_random"] = (label, "random")
-    return runs
+    order = ("base_random", "warmup", "trained_random", "base_mcts", "train", "random_random", "random_mcts")
+    runs = {**RUNS, "trained_random": (label, "random"), "train": (label, opponent)}
+    return {name: runs[name] for name in order}
 
 
 def replacements_of(out: Path) -> dict[str, str]:
