@@ -73,6 +73,11 @@ EXTRA_STEPS = ("trained",)
 COLORS = {"base": "C0", "warmup": "C1", "trained": "C3", "bc_ucb": "C4", "planner": "C2", "random": "0.5"}
 
 
+def results_dir(value: str) -> Path | None:
+    """`--results`: a directory, or 'none' for no copy (as in learn_snake.py), never a directory named none."""
+    return None if value.strip().lower() == "none" else Path(value)
+
+
 class BenchmarkError(RuntimeError):
     """A step of the benchmark failed; the message says which and where its log is."""
 
@@ -465,9 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "rlft_bandit")
     parser.add_argument(
         "--results",
-        type=Path,
+        type=results_dir,
         default=None,
-        help="also write rlft_bandit.{md,json,png} here (e.g. benchmarks/results)",
+        help="also write rlft_bandit.{md,json,png} here (e.g. benchmarks/results; 'none': no copy, the default)",
     )
     parser.add_argument(
         "--summarize",

@@ -62,6 +62,7 @@ from rlft_bandit import (  # noqa: E402 - the shared runner helpers
     display_path,
     fmt,
     preset_env_overrides,
+    results_dir,
     run_step,
     share,
     split_overrides,
@@ -361,9 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "rlft_tictactoe")
     parser.add_argument(
         "--results",
-        type=Path,
+        type=results_dir,
         default=None,
-        help="also write rlft_tictactoe.{md,json,png} here (e.g. benchmarks/results)",
+        help="also write rlft_tictactoe.{md,json,png} here (e.g. benchmarks/results; 'none': no copy, the default)",
     )
     parser.add_argument(
         "--summarize",

@@ -268,3 +268,11 @@ def test_credit_snr_sees_the_bonus_and_the_discount() -> None:
 
     assert abs(snr(1.0, 0.0)) < 0.05
     assert snr(0.0, 3.0) > 0.5 > snr(1.0, 3.0) > snr(1.0, 1.0) > 0.02
+
+
+def test_results_none_means_no_copy() -> None:
+    """`--results none` writes no copy (as learn_snake.py's), never into a directory named none."""
+    assert rlft_bandit.results_dir("none") is None
+    assert rlft_bandit.results_dir("None") is None
+    assert rlft_bandit.results_dir("benchmarks/results") == Path("benchmarks/results")
+    assert rlft_tictactoe.results_dir is rlft_bandit.results_dir
