@@ -123,6 +123,26 @@ def test_history_window_length():
     assert f"reward {env.last_reward:.2f}" in obs  # Gaussian rewards shown with two decimals
 
 
+def test_summary_view_shows_each_button_once_with_its_presses_and_mean():
+    env = BanditEnv(arms=5, view="summary")
+    obs, _ = env.reset(seed=0)
+    names = env.action_names
+    assert "No button has been pressed yet." in obs
+    assert [f"{n} button: not pressed yet" in obs for n in names] == [True] * 5
+    actions = [0, 1, 0, 0, 2]
+    results = _pull_all(env, actions)
+    obs = results[-1][0]
+    rewards = [r[1] for r in results]
+    lines = [line for line in obs.splitlines() if " button: " in line]
+    assert len(lines) == 5  # one per button, in the buttons' order, whatever the horizon
+    first = [r for a, r in zip(actions, rewards, strict=True) if a == 0]
+    assert lines[0] == f"{names[0]} button: pressed 3 times, average reward {sum(first) / 3:.2f}"
+    assert lines[1] == f"{names[1]} button: pressed 1 time, average reward {rewards[1]:.2f}"
+    assert lines[3] == f"{names[3]} button: not pressed yet"
+    assert "Your 5 presses so far, by button:" in obs
+    assert " button, reward " not in obs  # no per-press lines
+
+
 def test_regret_is_cumulative_expected_regret():
     env = BanditEnv(arms=5)
     _, info = env.reset(seed=4)
@@ -216,6 +236,7 @@ def test_state_and_numeric_view():
         ({"gaussian_sd": 0}, ConfigError),
         ({"horizon": 0}, ConfigError),
         ({"history": -1}, ConfigError),
+        ({"view": "table"}, UnknownChoiceError),
     ],
 )
 def test_bad_config_raises_typed_error(kwargs, error):

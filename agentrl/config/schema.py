@@ -412,6 +412,12 @@ class BanditConfig(EnvSchema):
     gaussian_sd: float = setting(1.0, "standard deviation of a Gaussian arm's reward around its mean", gt=0)
     horizon: int = setting(50, "button presses per episode (= max_steps)", "paper", ge=1)
     history: int = setting(50, "last transitions shown in the observation; 0 = none", ge=0)
+    view: str = setting(
+        "history",
+        "observation text: the last `history` presses one per line [paper], or one line per button with its "
+        "presses and average reward (BanditBench's summarised history) [ours]",
+        choices=("history", "summary"),
+    )
 
 
 @dataclass

@@ -58,6 +58,11 @@ COLOURS: tuple[str, ...] = (
 
 REWARD_KINDS = ("bernoulli", "gaussian")
 
+#: What the observation shows of the episode so far: the last `history` presses one per line (the RLFT
+#: paper's context), or a summary with one line per button (presses and average reward; BanditBench's
+#: summarised history, which Krishnamurthy et al. 2024 found an LLM needs to explore in context).
+VIEWS = ("history", "summary")
+
 
 def pull_arm(env: Any, index: int, means: np.ndarray) -> float:
     """Draw arm `index`'s reward (Bernoulli or Gaussian around `means[index]`) and update the pull
@@ -94,6 +99,7 @@ class BanditEnv(TextEnv):
         gaussian_sd: float = 1.0,
         horizon: int = 50,
         history: int = 50,
+        view: str = "history",
         render_mode: str | None = None,
     ):
         if not 2 <= int(arms) <= len(COLOURS):
@@ -106,11 +112,14 @@ class BanditEnv(TextEnv):
             raise ConfigError(f"env bandit: horizon must be at least 1, got {horizon}")
         if int(history) < 0:
             raise ConfigError(f"env bandit: history must be >= 0 (0 = no history), got {history}")
+        if view not in VIEWS:
+            raise UnknownChoiceError("bandit view", view, VIEWS)
         self.arms = int(arms)
         self.reward_kind = reward
         self.gaussian_sd = float(gaussian_sd)
         self.horizon = self.max_steps = int(horizon)
         self.history = int(history)
+        self.view = view
         # Placeholder names until the first reset shuffles them; the action space only needs K.
         self.action_names = list(COLOURS[: self.arms])
         super().__init__(render_mode=render_mode)
@@ -200,7 +209,19 @@ class BanditEnv(TextEnv):
         lines = [
             f"Round {min(self.t + 1, self.horizon)} of {self.horizon}. Buttons: {', '.join(self.action_names)}."
         ]
-        if self.history > 0:
+        if self.view == "summary":
+            lines.append(
+                f"Your {self.t} presses so far, by button:" if self.t else "No button has been pressed yet."
+            )
+            for name, count, total in zip(self.action_names, self.counts, self.sums, strict=True):
+                if count:
+                    times = "time" if count == 1 else "times"
+                    lines.append(
+                        f"{name} button: pressed {count} {times}, average reward {total / count:.2f}"
+                    )
+                else:
+                    lines.append(f"{name} button: not pressed yet")
+        elif self.history > 0:
             shown = self.transitions[-self.history :]
             if shown:
                 lines.append(f"Your last {len(shown)} presses (oldest first):")
