@@ -315,13 +315,14 @@ def train(
     Writes metrics.jsonl, TensorBoard events, checkpoints and eval.json (before and after training)
     into a new run directory."""
     from agentrl.run import launch
+    from agentrl.sweep import preset_sets_algo
 
     setup_logging()
     overrides = _overrides(overrides)
     keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     # a resumed run keeps its own algo (launch reads it from the run's overrides)
     # a preset that picks its algo (experiment=rlft_bandit) keeps it
-    if resume is None and "resume" not in keys and "algo" not in keys and not _preset_sets_algo(overrides):
+    if resume is None and "resume" not in keys and "algo" not in keys and not preset_sets_algo(overrides):
         overrides.insert(0, f"algo={TRAIN_DEFAULT_ALGO}")
     if dry_run:
         _print_plan("train", overrides, resume)
@@ -425,11 +426,12 @@ def sweep(
     Each job gets its own run directory under outputs/multirun/<date>/<time>/; a summary table follows.
     hydra/launcher=joblib runs jobs in parallel, hydra/launcher=slurm submits them to SLURM."""
     from agentrl.run import launch
+    from agentrl.sweep import check_launcher, print_summary, sweep_trains
 
     setup_logging()
     overrides = _overrides(overrides)
-    _check_launcher(overrides)
-    task = task or ("train" if _sweep_trains(overrides) else "eval")
+    check_launcher(overrides)
+    task = task or ("train" if sweep_trains(overrides) else "eval")
     if not any(o.startswith("hydra.sweep.dir=") for o in overrides):
         from agentrl.rundir import new_run_id, run_time
 
@@ -449,141 +451,12 @@ def sweep(
             raise typer.Exit(2)
         return
     launch(task, overrides, multirun=True)
-    failed = _print_sweep_summary(sweep_dir)
+    failed = print_summary(sweep_dir)
     if failed:
         typer.echo(
             f"error: {failed} sweep job(s) failed (see the table above and their status.json)", err=True
         )
         raise typer.Exit(1)
-
-
-#: agents that are played, never trained: a preset's algo does not make their sweep a training sweep
-BASELINE_AGENTS = ("random", "planner", "human", "dqn")
-
-
-#: the launchers `hydra/launcher=` takes: Hydra's own, its joblib and submitit plugins, and conf/hydra/launcher/
-def sweep_launchers() -> list[str]:
-    from agentrl.config import CONF_DIR
-
-    ours = {p.stem for p in (CONF_DIR / "hydra" / "launcher").glob("*.yaml")}
-    return sorted({"basic", "joblib", "submitit_local", "submitit_slurm", *ours})
-
-
-def _check_launcher(overrides: list[str]) -> None:
-    """A launcher that is unknown, or that cannot submit from this machine, is one line before any job."""
-    import importlib.util
-    import shutil
-
-    from agentrl.errors import ConfigError, UnknownChoiceError
-
-    given = [o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+") == "hydra/launcher"]
-    if not given:
-        return
-    launcher = given[-1]
-    if launcher not in sweep_launchers():
-        raise UnknownChoiceError("hydra/launcher", launcher, sweep_launchers())
-    needs = {
-        "joblib": "hydra_plugins.hydra_joblib_launcher",
-        "submitit": "hydra_plugins.hydra_submitit_launcher",
-    }
-    for prefix, module in needs.items():
-        if launcher.startswith(prefix) and importlib.util.find_spec(module) is None:
-            raise ConfigError(f"hydra/launcher={launcher} needs pip install hydra-{prefix}-launcher")
-    if launcher in ("slurm", "submitit_slurm") and shutil.which("sbatch") is None:
-        raise ConfigError(
-            f"hydra/launcher={launcher} submits jobs with sbatch, which this machine does not have: run the "
-            "sweep on a SLURM login node, or locally with hydra/launcher=basic or joblib"
-        )
-
-
-def _sweep_trains(overrides: list[str]) -> bool:
-    """A sweep trains when it names `algo=`, an `algo.*` key, or an experiment preset that sets the algo
-    (`agentrl sweep experiment=frozenlake_learn algo.aaw.enabled=true,false`), unless the preset's algo
-    is all there is and `agent=` names only baselines (`agentrl sweep experiment=rlft_bandit
-    agent=random,planner` evaluates them on the preset's env)."""
-    for override in overrides:
-        key = override.partition("=")[0].lstrip("+~")
-        if key == "algo" or key.startswith("algo."):
-            return True
-    agents = [
-        name.strip()
-        for override in overrides
-        if override.partition("=")[0].lstrip("+") == "agent"
-        for name in override.partition("=")[2].split(",")
-    ]
-    if agents and all(name in BASELINE_AGENTS for name in agents):
-        return False
-    return _preset_sets_algo(overrides)
-
-
-def _preset_sets_algo(overrides: list[str]) -> bool:
-    """An `experiment=` preset among the overrides names its algo (`override /algo: ...`)."""
-    from omegaconf import OmegaConf
-
-    from agentrl.config import CONF_DIR
-
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key.lstrip("+~") != "experiment":
-            continue
-        for option in value.split(","):
-            path = CONF_DIR / "experiment" / f"{option.strip()}.yaml"
-            preset = OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else None
-            defaults = preset.get("defaults") if isinstance(preset, dict) else None
-            if any(isinstance(d, dict) and "override /algo" in d for d in defaults or []):
-                return True
-    return False
-
-
-def _print_sweep_summary(sweep_dir: Path) -> int:
-    """The sweep's table, one row per job (a job without eval.json shows its status and reason);
-    returns how many jobs did not complete."""
-    import json
-
-    from rich.markup import escape
-    from rich.table import Table
-
-    from agentrl.rundir import effective_status, read_status
-
-    # A job is labelled by its number and the overrides that set it apart from the other jobs (its
-    # directory's name holds all of them) beyond env, agent and seed, as words the table can wrap.
-    table = Table(title=f"sweep {sweep_dir}")
-    table.add_column("job", overflow="fold")
-    for col in ("env", "agent", "seed", "success", "return ± stderr", "length", "invalid"):
-        table.add_column(col, no_wrap=col != "return ± stderr")  # the job column gives way first
-    jobs = sorted(
-        (p for p in sweep_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()),
-        key=lambda p: int(p.name.split("_", 1)[0]) if p.name.split("_", 1)[0].isdigit() else 0,
-    )
-    settings = {job: job.name.partition("_")[2].partition("_")[2].split(",") for job in jobs}
-    shared = set.intersection(*(set(s) for s in settings.values())) if len(jobs) > 1 else set()
-    failed = 0
-    for job in jobs:
-        shown = ("env", "agent", "seed")  # columns of their own
-        own = " ".join(o for o in settings[job] if o not in shared and o.partition("=")[0] not in shown)
-        label = f"{job.name.partition('_')[0]} {own}".strip()
-        try:
-            m = json.loads((job / "eval.json").read_text())
-        except (OSError, ValueError):
-            failed += 1
-            state = effective_status(job) or "no eval.json"
-            reason = (read_status(job) or {}).get("reason", "") if state != "no eval.json" else ""
-            cell = escape(f"{state}: {reason}" if reason else state)
-            table.add_row(escape(label), f"[red]{cell}[/red]", "", "", "", "", "", "")
-            continue
-        table.add_row(
-            escape(label),
-            str(m.get("env")),
-            str(m.get("agent")),
-            str(m.get("seed")),
-            f"{m['success_rate']:.2f}",
-            f"{m['mean_return']:.3f} ± {m['return_stderr']:.3f}",
-            f"{m['mean_length']:.1f}",
-            f"{m['invalid_rate']:.2f}",
-        )
-    console.print(table, soft_wrap=False)
-    console.print(f"[bold]sweep directory:[/bold] {sweep_dir}")
-    return failed
 
 
 @app.command(
@@ -673,11 +546,12 @@ def config(
     from omegaconf import OmegaConf
 
     from agentrl.config import compose_config
+    from agentrl.config.describe import describe_config
 
     overrides = _overrides(overrides)
     cfg = compose_config(overrides)
     if describe:
-        console.print(_describe_config(cfg, overrides), markup=False, highlight=False, soft_wrap=True)
+        console.print(describe_config(cfg, overrides), markup=False, highlight=False, soft_wrap=True)
         return
     console.print(OmegaConf.to_yaml(cfg), markup=False, highlight=False)
     if show_prompt and cfg.agent.name != "llm":
@@ -692,82 +566,6 @@ def config(
         console.print(format_prompt_preview(cfg), markup=False, highlight=False)
         console.rule("answer mode")
         console.print(describe_interface(cfg), markup=False, highlight=False)
-
-
-def _describe_config(cfg: Any, overrides: list[str]) -> str:
-    """Help text for the group options named in `overrides` (the root keys when none is), one block per
-    option: each key (nested keys dotted), its type, its value in the YAML file, help, source, range."""
-    from omegaconf import OmegaConf
-
-    from agentrl.config import CONF_DIR, CONFIG_GROUPS, AgentRLConfig, field_rows, typed
-
-    selected = [
-        (key, value)
-        for key, _, value in (o.partition("=") for o in overrides)
-        if key.lstrip("+") in CONFIG_GROUPS and value and value != "null"
-    ]
-    only_groups = len(selected) == len(overrides)
-    label = "default" if only_groups else "value"
-    blocks = []
-    root = typed(cfg)
-    if not selected:
-        rows = [
-            r
-            for r in field_rows(AgentRLConfig, OmegaConf.to_container(cfg, resolve=True))
-            if r["type"] != "any"
-        ]
-        blocks.append(_describe_block("root config (conf/config.yaml)", AgentRLConfig, rows, label))
-    for key, option in selected:
-        group = key.lstrip("+")
-        if group == "experiment":
-            preset = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "experiment" / f"{option}.yaml"))
-            preset.pop("defaults", None)
-            known = {}
-            for name in ("env", "agent", "model", "algo"):
-                node = getattr(root, name)
-                if node is not None:
-                    known.update({f"{name}.{r['key']}": r for r in field_rows(type(node))})
-            known.update({r["key"]: r for r in field_rows(AgentRLConfig)})
-            rows = []
-            for dotted in _dotted_keys(preset):
-                row = dict(known.get(dotted, {"type": "?", "help": "", "source": "", "allowed": ""}))
-                row.update(key=dotted, value=OmegaConf.select(cfg, dotted))
-                rows.append(row)
-            blocks.append(
-                _describe_block(f"experiment={option}: the keys this preset sets", None, rows, "value")
-            )
-            continue
-        node = cfg[group]
-        cls = type(getattr(root, group))
-        rows = field_rows(cls, OmegaConf.to_container(node, resolve=True))
-        blocks.append(_describe_block(f"{group}={option}", cls, rows, label))
-    return "\n\n".join(blocks)
-
-
-def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
-    keys = []
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            keys.extend(_dotted_keys(value, f"{prefix}{key}."))
-        else:
-            keys.append(f"{prefix}{key}")
-    return keys
-
-
-def _describe_block(title: str, cls: Any, rows: list[dict[str, Any]], label: str) -> str:
-    from agentrl.config.schema import show
-
-    doc = " ".join((cls.__doc__ or "").split("\n\n")[0].split()) if cls is not None else ""
-    head = f"{title}  ({cls.__name__}) {doc}".rstrip() if cls is not None else title
-    lines = [head]
-    for row in rows:
-        listed = "null" in str(row.get("allowed") or "")  # choices that hold None list it already
-        optional = " or null" if row["type"].endswith("| None") and not listed else ""
-        allowed = f"; must be {row['allowed']}{optional}" if row.get("allowed") else ""
-        source = f"  [{row['source']}]" if row.get("source") else ""
-        lines.append(f"  {row['key']}: {row['type']}  ({label}: {show(row['value'])}){source}")
-        lines.append(f"      {row['help']}{allowed}")
-    return "\n".join(lines)
 
 
 def main() -> None:

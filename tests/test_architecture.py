@@ -26,6 +26,7 @@ RANKS = {
     "agentrl.trainers": 5,
     "agentrl.report": 5,
     "agentrl.run": 6,
+    "agentrl.sweep": 6,  # what `agentrl sweep` decides before and after the multirun
     "agentrl.cli": 7,
     "agentrl.__main__": 8,
 }

@@ -9,11 +9,12 @@ import pytest
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
-from agentrl.cli import _sweep_trains, app
+from agentrl.cli import app
 from agentrl.config import CONF_DIR, CONFIG_GROUPS, compose_config
 from agentrl.config.presets import preset_for_agent
 from agentrl.errors import ConfigError
 from agentrl.run import dry_run, plays_trained_model, trained_model
+from agentrl.sweep import sweep_trains
 
 runner = CliRunner()
 PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
@@ -111,9 +112,9 @@ def test_dry_run_errors_are_one_line_exit_2(snake_run):
 
 
 def test_sweep_of_a_training_preset_trains():
-    assert _sweep_trains(["experiment=frozenlake_learn", "seed=0,1,2", "algo.aaw.enabled=true,false"])
-    assert _sweep_trains(["experiment=zero_shot_72b,paper_snake_3b"])
-    assert not _sweep_trains(["experiment=zero_shot_72b", "env=snake"])
+    assert sweep_trains(["experiment=frozenlake_learn", "seed=0,1,2", "algo.aaw.enabled=true,false"])
+    assert sweep_trains(["experiment=zero_shot_72b,paper_snake_3b"])
+    assert not sweep_trains(["experiment=zero_shot_72b", "env=snake"])
 
 
 # ---- a preset with a baseline agent ---------------------------------------------------------------
