@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rlft_bandit import BenchmarkError, run_step  # noqa: E402 - the shared runner (`agentrl` in a subprocess)
+from rlft_bandit import BenchmarkError, results_dir, run_step  # noqa: E402 - the shared runner (`agentrl` in a subprocess)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: preset -> the name of its md/png copies in RESULTS
@@ -570,7 +570,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--results",
-        type=Path,
+        type=results_dir,
         default=RESULTS,
         help="directory the md/png copies go to, as learn_<preset>.{md,png} ('none' for no copy)",
     )
@@ -595,12 +595,11 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the LLM run")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    results_dir = None if str(args.results) == "none" else args.results
     try:
         out = args.summarize if args.summarize is not None else run(args)
     except BenchmarkError as exc:  # a failed warm-up: which step, and the end of its log
         sys.exit(str(exc))
-    text = write_summary(out, results_dir)
+    text = write_summary(out, args.results)
     print(text)
     ok, _ = verdict(json.loads((out / "results.json").read_text())["agents"])
     sys.exit(0 if ok else 1)

@@ -74,7 +74,7 @@ COLORS = {"base": "C0", "warmup": "C1", "trained": "C3", "bc_ucb": "C4", "planne
 
 
 def results_dir(value: str) -> Path | None:
-    """`--results`: a directory, or 'none' for no copy (as in learn_snake.py), never a directory named none."""
+    """`--results`: a directory, or 'none' for no copy, never a directory named none (also learn_snake.py's)."""
     return None if value.strip().lower() == "none" else Path(value)
 
 

@@ -271,8 +271,11 @@ def test_credit_snr_sees_the_bonus_and_the_discount() -> None:
 
 
 def test_results_none_means_no_copy() -> None:
-    """`--results none` writes no copy (as learn_snake.py's), never into a directory named none."""
+    """`--results none` writes no copy in all three benchmarks, never into a directory named none."""
     assert rlft_bandit.results_dir("none") is None
     assert rlft_bandit.results_dir("None") is None
     assert rlft_bandit.results_dir("benchmarks/results") == Path("benchmarks/results")
     assert rlft_tictactoe.results_dir is rlft_bandit.results_dir
+    import learn_snake
+
+    assert learn_snake.results_dir is rlft_bandit.results_dir
