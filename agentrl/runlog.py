@@ -145,6 +145,10 @@ class _Progress:
         """Show `line` without counting anything done (e.g. steps/s while episodes are still running)."""
         self._bar.update(self._task, metrics=line, **self._bound(eta_s))
 
+    def set_total(self, total: int) -> None:
+        """The count becomes known after the bar started (SFT: when the trainer has sized its epochs)."""
+        self._bar.update(self._task, total=total)
+
     @staticmethod
     def _bound(eta_s: float | None) -> dict[str, Any]:
         return {} if eta_s is None else {"eta_bound": eta_s, "eta_at": time.monotonic()}
@@ -210,6 +214,10 @@ class _PlainProgress:
         if eta_s is not None:
             self._bound = (eta_s, self._clock())
 
+    def set_total(self, total: int) -> None:
+        self.total = total
+        self._next_mark = self._mark_after(self.done)
+
     def close(self) -> None:
         if not self.every_advance and self.done != self._printed_done:
             self._print()
@@ -242,6 +250,9 @@ class _NoProgress:
         pass
 
     def update(self, line: str, eta_s: float | None = None) -> None:
+        pass
+
+    def set_total(self, total: int) -> None:
         pass
 
     def close(self) -> None:

@@ -55,6 +55,23 @@ def test_plain_training_progress_is_one_whole_line_per_iteration_with_eta():
     assert out.getvalue().splitlines()[1].startswith("eval frozenlake 4/4 (100%) elapsed 0:20 eta 0:00 |")
 
 
+def test_a_count_known_only_after_the_start_gives_the_line_its_total_and_eta():
+    """SFT's bar starts before the trainer has sized its epochs; the count arrives at train begin."""
+    from types import SimpleNamespace
+
+    from agentrl.trainers.sft import _metrics_rows
+
+    clock = FakeClock()
+    bar, out = _plain(None, True, clock)
+    logged = []
+    callback = _metrics_rows(SimpleNamespace(log=lambda step, row: logged.append(step)), bar)
+    callback.on_train_begin(None, SimpleNamespace(max_steps=15), None)
+    clock.now += 20
+    callback.on_log(None, SimpleNamespace(global_step=1), None, logs={"loss": 0.5})
+    assert logged == [1]
+    assert out.getvalue().startswith("eval frozenlake 1/15 (7%) elapsed 0:20 eta 4:40 | loss 0.5000")
+
+
 def test_a_time_limited_run_shows_the_time_left_as_its_eta(monkeypatch):
     """`algo.iterations` is a cap far above what a time-limited run reaches: the ETA comes from the time
     limit (time left plus the iteration that crosses it), not from the iteration count."""

@@ -383,6 +383,11 @@ def _metrics_rows(metrics_log: Any, bar: Any) -> Any:
     from transformers import TrainerCallback
 
     class MetricsRows(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if state.max_steps and state.max_steps > 0:  # the updates the trainer will run: count and ETA
+                bar.set_total(state.max_steps)
+            return control
+
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
             if logs and "train_runtime" not in logs:  # not the end-of-training summary
                 metrics_log.log(state.global_step, dict(logs))
