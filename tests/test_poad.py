@@ -108,7 +108,9 @@ def episode(rewards: list[float], completions: list[list[int]], seed: int = 0) -
 def test_assign_credit_gives_per_token_rows_with_normalised_advantages_and_value_targets():
     episodes = [episode([1.0, 0.0], [[5, 6], [7]]), episode([0.0], [[8, 9, 10]], seed=1)]
     values = [[[0.1, 0.2], [0.3]], [[0.0, 0.5, -0.5]]]
-    algo = SimpleNamespace(gamma=GAMMA, lam=LAM, decompose=True, normalize_advantages=True)
+    algo = SimpleNamespace(
+        gamma=GAMMA, lam=LAM, decompose=True, normalize_advantages=True, advantage_std_floor=0.0
+    )
     credit = poad.assign_credit(episodes, algo, np.random.default_rng(0), values=values)
     assert [(s.episode_index, s.step_index) for s in credit.samples] == [(0, 0), (0, 1), (1, 0)]
     assert [len(s.advantage) for s in credit.samples] == [2, 1, 3]
@@ -357,3 +359,13 @@ def test_a_token_budget_gives_the_same_policy_and_value_head_update(tmp_path):
         torch.testing.assert_close(split[name], whole[name], atol=1e-6, rtol=1e-5)
     for name in head_whole:
         torch.testing.assert_close(head_split[name], head_whole[name], atol=1e-6, rtol=1e-5)
+
+
+def test_normalize_tokens_floors_the_std():
+    noise = [[0.40, 0.41], [0.39]]
+    assert np.std([a for r in poad.normalize_tokens(noise) for a in r]) == pytest.approx(1.0, rel=1e-4)
+    floored = poad.normalize_tokens(noise, std_floor=0.5)
+    assert [a for r in floored for a in r] == pytest.approx([0.0, 0.02, -0.02])
+    spread = [[1.0, -1.0], [0.5]]
+    flat = [a for r in poad.normalize_tokens(spread) for a in r]
+    assert [a for r in poad.normalize_tokens(spread, std_floor=0.5) for a in r] == pytest.approx(flat)

@@ -39,6 +39,7 @@ def algo(**overrides: Any) -> SimpleNamespace:
         advantage="return_to_go",
         baseline="group_step",
         normalize_advantages=False,
+        advantage_std_floor=0.0,
         gamma=0.5,
         lam=0.8,
         exploration_bonus=0.0,
@@ -157,6 +158,54 @@ def test_gae_mode_is_poads_token_gae_with_one_value_per_step(bonus):
     assert [s.advantage for s in normed.samples] == pytest.approx(poad.normalize_tokens([expected_adv])[0])
     with pytest.raises(ValueError, match="critic"):
         rlft.assign_credit(episodes, config, np.random.default_rng(0))
+
+
+def test_the_std_floor_keeps_a_batch_of_critic_noise_small():
+    """Every game lost alike (return -1): the gae advantages are the critic's small errors. Plain
+    standardisation scales them to unit spread, full-size updates from noise; the floor keeps them at
+    their size relative to the floor, and leaves a batch with real outcome differences as it was."""
+    lost = [episode([0.0, 0.0, -1.0], g) for g in (0, 1)]
+    values = [[[-1.0 + 0.01 * (t - g)] for t in range(3)] for g in (0, 1)]  # a critic about right
+    plain = rlft.assign_credit(
+        lost,
+        algo(advantage="gae", gamma=1.0, lam=0.95, normalize_advantages=True),
+        np.random.default_rng(0),
+        values=values,
+    )
+    floored = rlft.assign_credit(
+        lost,
+        algo(advantage="gae", gamma=1.0, lam=0.95, normalize_advantages=True, advantage_std_floor=0.25),
+        np.random.default_rng(0),
+        values=values,
+    )
+    raw = np.array(plain.advantages)
+    assert raw.std() < 0.02  # nothing but the critic's error
+    assert np.std([s.advantage for s in plain.samples]) == pytest.approx(1.0, rel=1e-4)
+    assert [s.advantage for s in floored.samples] == pytest.approx(list((raw - raw.mean()) / 0.25))
+    assert max(abs(s.advantage) for s in floored.samples) < 0.1
+    # won and lost games in one batch: the std is above the floor, the advantages are standardised as before
+    mixed = [episode([0.0, 1.0], 0), episode([0.0, -1.0], 0)]
+    flat = [[[0.0] for _ in range(2)] for _ in range(2)]
+    a = rlft.assign_credit(
+        mixed,
+        algo(advantage="gae", gamma=1.0, lam=0.95, normalize_advantages=True),
+        np.random.default_rng(0),
+        values=flat,
+    )
+    b = rlft.assign_credit(
+        mixed,
+        algo(advantage="gae", gamma=1.0, lam=0.95, normalize_advantages=True, advantage_std_floor=0.25),
+        np.random.default_rng(0),
+        values=flat,
+    )
+    assert [s.advantage for s in a.samples] == pytest.approx([s.advantage for s in b.samples])
+    # the return_to_go mode divides by the same floored std
+    rtg = rlft.assign_credit(
+        [episode([0.0, 0.01], 0), episode([0.0, 0.0], 0)],
+        algo(normalize_advantages=True, advantage_std_floor=0.25, gamma=1.0),
+        np.random.default_rng(0),
+    )
+    assert max(abs(s.advantage) for s in rtg.samples) == pytest.approx(0.005 / 0.25)
 
 
 def test_registry_config_and_presets():

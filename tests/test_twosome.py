@@ -21,7 +21,7 @@ from agentrl.trainers.grpo_trainer import MultiStepTrainer
 from agentrl.trainers.settings import grpo_config
 from agentrl.types import Episode, Generation, Step, StepSample
 
-ALGO = SimpleNamespace(gamma=0.9, lam=0.8, normalize_advantages=False)
+ALGO = SimpleNamespace(gamma=0.9, lam=0.8, normalize_advantages=False, advantage_std_floor=0.0)
 CANDIDATES = [[11, 12], [13], [14, 15, 16]]
 
 

@@ -77,13 +77,19 @@ def token_gae(
     return advantages, returns
 
 
-def normalize_tokens(rows: Sequence[Sequence[float]], eps: float = 1e-8) -> list[list[float]]:
-    """(A - mean) / (std + eps) over every token of every row: the per-minibatch advantage normalisation
-    of the authors' code (there the minibatch is the iteration's whole batch)."""
+def normalize_tokens(
+    rows: Sequence[Sequence[float]], eps: float = 1e-8, std_floor: float = 0.0
+) -> list[list[float]]:
+    """(A - mean) / (max(std, std_floor) + eps) over every token of every row: the per-minibatch advantage
+    normalisation of the authors' code (there the minibatch is the iteration's whole batch; std_floor 0).
+
+    `std_floor` (in reward units) keeps a batch whose advantages hardly differ from being scaled up to unit
+    spread: when every episode of a small batch ends alike, what differs is the critic's error, and dividing
+    by its tiny std turns that noise into full-size updates."""
     flat = np.asarray([a for row in rows for a in row], dtype=np.float64)
     if flat.size == 0:
         return [list(row) for row in rows]
-    mean, std = flat.mean(), flat.std()
+    mean, std = flat.mean(), max(flat.std(), std_floor)
     return [[float((a - mean) / (std + eps)) for a in row] for row in rows]
 
 
@@ -123,7 +129,9 @@ def assign_credit(
                     old_values=list(episode_values[t][:tokens]),
                 )
             )
-    normalized = normalize_tokens(raw) if algo.normalize_advantages else raw
+    normalized = (
+        normalize_tokens(raw, std_floor=algo.advantage_std_floor) if algo.normalize_advantages else raw
+    )
     for sample, advantage in zip(samples, normalized, strict=True):
         sample.advantage = advantage
     flat = [a for row in raw for a in row]

@@ -18,7 +18,8 @@ advantage = return_to_go (fixed-length tasks such as the bandit):
     b_t = mean of G_t over the episodes of t's group that reach step t      (baseline group_step)
         = mean of G_k over every step k of every episode of the batch       (baseline batch)
         = 0                                                                 (baseline none)
-    A_t = G_t - b_t,   then A_t / (std(A) + eps) over the batch's rows when normalize_advantages
+    A_t = G_t - b_t,   then A_t / (max(std(A), advantage_std_floor) + eps) over the batch's rows when
+                       normalize_advantages
 
 advantage = gae (variable-length tasks such as tic-tac-toe), with the critic's state values V(s_t)
 (values[episode][step][0]) and d_t = 1 after the last step:
@@ -27,7 +28,9 @@ advantage = gae (variable-length tasks such as tic-tac-toe), with the critic's s
     A_t     = delta_t + gamma * lam * (1 - d_t) * A_{t+1},      R_t = A_t + V(s_t)  (the value target)
 
 which is `poad.token_gae` with one value per step (as TWOSOME's credit); normalize_advantages there
-standardises (mean and std) as POAD does, since the critic already centres the advantages.
+standardises (mean and std) as POAD does, since the critic already centres the advantages, with the std
+floored at `advantage_std_floor`: when all episodes of the batch end alike the advantages are the
+critic's errors, and a small std would scale them up to full-size updates.
 """
 
 from __future__ import annotations
@@ -156,7 +159,11 @@ def assign_credit(
         )
         raw = [advantages[i][t] for i, t in rows]
         # a division by the std only: subtracting the batch mean would be a second baseline
-        scale = float(np.std(raw)) + EPS if algo.normalize_advantages and raw else 1.0
+        scale = (
+            max(float(np.std(raw)), algo.advantage_std_floor) + EPS
+            if algo.normalize_advantages and raw
+            else 1.0
+        )
         samples = [_sample(episodes[i], i, t, advantages[i][t] / scale) for i, t in rows]
         flat = [x for g in returns for x in g]
         stats["return_to_go/mean"] = float(np.mean(flat)) if flat else 0.0
@@ -178,7 +185,8 @@ def assign_credit(
                         episode, i, t, gae[t][0], returns=[targets[t][0]], old_values=[state_values[t][0]]
                     )
                 )
-        normalized = normalize_tokens([raw])[0] if algo.normalize_advantages and raw else raw
+        floor = algo.advantage_std_floor
+        normalized = normalize_tokens([raw], std_floor=floor)[0] if algo.normalize_advantages and raw else raw
         for sample, advantage in zip(samples, normalized, strict=True):
             sample.advantage = float(advantage)
         targets_flat = [s.returns[0] for s in samples if s.returns]

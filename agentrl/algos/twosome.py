@@ -68,7 +68,11 @@ def assign_credit(
                     choice=generation.choice,
                 )
             )
-    normalized = normalize_tokens([raw])[0] if algo.normalize_advantages and raw else raw
+    normalized = (
+        normalize_tokens([raw], std_floor=algo.advantage_std_floor)[0]
+        if algo.normalize_advantages and raw
+        else raw
+    )
     for sample, advantage in zip(samples, normalized, strict=True):
         sample.advantage = float(advantage)
     returns_flat = [s.returns[0] for s in samples if s.returns]

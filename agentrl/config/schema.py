@@ -930,6 +930,13 @@ class POADConfig(LLMAlgoConfig):
     gamma: float = setting(0.95, "discount between actions (0.99 on Overcooked)", "code", ge=0, le=1)
     lam: float = setting(0.95, "GAE lambda", "code", ge=0, le=1)
     normalize_advantages: bool = setting(True, "normalise token advantages over the batch", "code")
+    advantage_std_floor: float = setting(
+        0.0,
+        "the normalisation divides by max(std, this) (reward units): a batch whose advantages hardly"
+        " differ (every episode ended alike: only the critic's error is left) is not scaled up to"
+        " full-size updates; 0: the authors' plain standardisation",
+        ge=0,
+    )
     critic_learning_rate: float = setting(5.0e-5, "value head learning rate (Adam, eps 1e-5)", "code", gt=0)
     value_coef: float = setting(0.5, "value loss coefficient", "code", ge=0)
     value_clip: float | None = setting(0.2, "clip of the value change (null: unclipped MSE)", "code", gt=0)
@@ -974,6 +981,13 @@ class RLFTConfig(LLMAlgoConfig):
     )
     normalize_advantages: bool = setting(
         True, "return_to_go: divide A by its batch std; gae: standardise A over the batch"
+    )
+    advantage_std_floor: float = setting(
+        0.0,
+        "the normalisation divides by max(std, this) (reward units): a batch whose advantages hardly"
+        " differ (with gae: every episode ended alike, only the critic's error is left) is not scaled up"
+        " to full-size updates; 0: plain normalisation",
+        ge=0,
     )
     gamma: float = setting(1.0, "discount of the return (1.0 for bandits: every press counts)", ge=0, le=1)
     lam: float = setting(0.95, "GAE lambda (advantage=gae)", ge=0, le=1)
