@@ -164,20 +164,16 @@ def test_the_std_floor_keeps_a_batch_of_critic_noise_small():
     """Every game lost alike (return -1): the gae advantages are the critic's small errors. Plain
     standardisation scales them to unit spread, full-size updates from noise; the floor keeps them at
     their size relative to the floor, and leaves a batch with real outcome differences as it was."""
+
+    def gae(episodes: list[Episode], values: Any, floor: float = 0.0) -> Any:
+        config = algo(
+            advantage="gae", gamma=1.0, lam=0.95, normalize_advantages=True, advantage_std_floor=floor
+        )
+        return rlft.assign_credit(episodes, config, np.random.default_rng(0), values=values)
+
     lost = [episode([0.0, 0.0, -1.0], g) for g in (0, 1)]
     values = [[[-1.0 + 0.01 * (t - g)] for t in range(3)] for g in (0, 1)]  # a critic about right
-    plain = rlft.assign_credit(
-        lost,
-        algo(advantage="gae", gamma=1.0, lam=0.95, normalize_advantages=True),
-        np.random.default_rng(0),
-        values=values,
-    )
-    floored = rlft.assign_credit(
-        lost,
-        algo(advantage="gae", gamma=1.0, lam=0.95, normalize_advantages=True, advantage_std_floor=0.25),
-        np.random.default_rng(0),
-        values=values,
-    )
+    plain, floored = gae(lost, values), gae(lost, values, floor=0.25)
     raw = np.array(plain.advantages)
     assert raw.std() < 0.02  # nothing but the critic's error
     assert np.std([s.advantage for s in plain.samples]) == pytest.approx(1.0, rel=1e-4)
@@ -186,18 +182,7 @@ def test_the_std_floor_keeps_a_batch_of_critic_noise_small():
     # won and lost games in one batch: the std is above the floor, the advantages are standardised as before
     mixed = [episode([0.0, 1.0], 0), episode([0.0, -1.0], 0)]
     flat = [[[0.0] for _ in range(2)] for _ in range(2)]
-    a = rlft.assign_credit(
-        mixed,
-        algo(advantage="gae", gamma=1.0, lam=0.95, normalize_advantages=True),
-        np.random.default_rng(0),
-        values=flat,
-    )
-    b = rlft.assign_credit(
-        mixed,
-        algo(advantage="gae", gamma=1.0, lam=0.95, normalize_advantages=True, advantage_std_floor=0.25),
-        np.random.default_rng(0),
-        values=flat,
-    )
+    a, b = gae(mixed, flat), gae(mixed, flat, floor=0.25)
     assert [s.advantage for s in a.samples] == pytest.approx([s.advantage for s in b.samples])
     # the return_to_go mode divides by the same floored std
     rtg = rlft.assign_credit(
