@@ -277,7 +277,8 @@ def eval_(overrides: Overrides = None, dry_run: DryRun = False) -> None:
 def _print_plan(task: str, overrides: list[str], resume: Path | None = None) -> None:
     """--dry-run: the checked config's summary and the run directory, then every check that failed
     (one `error:` line each, exit 2); nothing run."""
-    from agentrl.run import dry_run, plan_lines
+    from agentrl.plan import plan_lines
+    from agentrl.run import dry_run
 
     plan = dry_run(task, overrides, resume=resume)
     console.print("\n".join(plan_lines(plan)), markup=False, highlight=False, soft_wrap=True)

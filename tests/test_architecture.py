@@ -26,6 +26,7 @@ RANKS = {
     "agentrl.trainers": 5,
     "agentrl.report": 5,
     "agentrl.run": 6,
+    "agentrl.plan": 6,  # the --dry-run summary of a run.dry_run plan
     "agentrl.sweep": 6,  # what `agentrl sweep` decides before and after the multirun
     "agentrl.cli": 7,
     "agentrl.__main__": 8,

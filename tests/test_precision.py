@@ -73,7 +73,7 @@ def test_resolve_precision():
 def test_the_dry_run_says_what_auto_depends_on(monkeypatch):
     """A dry run times nothing, so on a CPU it names what `auto` will be decided by at launch, never a
     bare "fp32" that the launch then contradicts."""
-    from agentrl.run import _shown_precision
+    from agentrl.plan import _shown_precision
 
     monkeypatch.setattr(precision, "model_shapes", lambda model_cfg: (576, 1536))
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
