@@ -48,6 +48,9 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
         # learns to end any text with an action name, rather than the requested format, shows here
         "untagged_rate": sum(e.untagged_count for e in episodes) / steps if steps else 0.0,
     }
+    judged = [s.rationale for e in episodes for s in e.steps if s.rationale is not None]
+    if judged:  # agent.cot: answers that kept the asked <think> rationale
+        metrics["rationale_rate"] = sum(judged) / len(judged)
     extra_keys = sorted({k for e in episodes for k in e.final_info.get("episode_metrics", {})})
     for key in extra_keys:
         values = [

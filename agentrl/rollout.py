@@ -137,6 +137,7 @@ def _lockstep(make_env, agent, seeds, group_ids, indices, agent_seed, stats, res
                     env_reward=float(env_reward),
                     generation=decision.generation,
                     untagged=decision.untagged,
+                    rationale=decision.rationale,
                 )
             )
             stats.steps += 1

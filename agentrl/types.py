@@ -50,6 +50,9 @@ class Decision:
     #: the answer named an action only outside the asked format (no usable answer tag): the lenient
     #: parser played it (valid); the strict one did not (invalid)
     untagged: bool = False
+    #: with `agent.cot`: the answer holds a closed, non-empty `<think>...</think>` (the asked rationale);
+    #: None when no rationale was asked for
+    rationale: bool | None = None
 
 
 @dataclass
@@ -76,6 +79,7 @@ class Step:
     env_reward: float
     generation: Generation | None = None
     untagged: bool = False  # Decision.untagged
+    rationale: bool | None = None  # Decision.rationale
 
     @property
     def prompt_ids(self) -> list[int]:

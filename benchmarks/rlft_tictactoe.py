@@ -162,7 +162,24 @@ def load(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text())
     if "mean_win_rate" not in data:
         raise BenchmarkError(f"{path} has no mean_win_rate (not a tic-tac-toe eval?)")
+    if "rationale_rate" not in data:
+        data["rationale_rate"] = rationale_rate(path.parent / "transcripts.jsonl")
     return data
+
+
+def rationale_rate(transcripts: Path) -> float | None:
+    """The share of answers with a closed, non-empty `<think>`, from an eval's transcripts.jsonl, for an
+    eval.json written before it carried `rationale_rate`; None without transcripts or rationales asked."""
+    from agentrl.agents.llm import TextInterface
+
+    if not transcripts.is_file():
+        return None
+    rows = [json.loads(line) for line in transcripts.read_text().splitlines() if line.strip()]
+    asked = [r for r in rows if "inside <think>" in str(r.get("prompt", ""))]
+    if not asked:
+        return None
+    judge = TextInterface(cot=True)
+    return sum(judge.has_rationale(str(r.get("completion", ""))) for r in asked) / len(asked)
 
 
 def row_of(data: dict[str, Any]) -> dict[str, Any]:
@@ -176,6 +193,7 @@ def row_of(data: dict[str, Any]) -> dict[str, Any]:
         "loss_rate": data.get("mean_loss_rate"),
         "invalid_rate": data.get("invalid_rate"),
         "untagged_rate": data.get("untagged_rate"),
+        "rationale_rate": data.get("rationale_rate"),
         **move_figures(data),
     }
 
@@ -253,21 +271,23 @@ def markdown(summary: dict[str, Any]) -> str:
         f"Same {first['episodes']} held-out games (eval seeds of seed={first['seed']}) for every row; the agent "
         "plays X and moves first; greedy LLM decoding with rationales (`experiment=rlft_tictactoe`, trained "
         f"against the {opponent} opponent). `return`: eval.json's mean_return (game result plus -5 per unusable "
-        "answer); `game return`: win rate - loss rate. Mean ± stderr over games. `optimal moves`: the share of "
+        "answer); `game return`: win rate - loss rate. Mean ± stderr over games. `rationale`: the share of answers "
+        "with a closed, non-empty `<think>` (the strict parser also accepts a bare tagged answer; `-`: an eval "
+        "without this figure or without rationales). `optimal moves`: the share of "
         "the agent's moves that perfect play would make (an invalid answer counts as none); `knowing`: over "
         "the valid answers with a rationale in positions where some move is not optimal, the share whose "
         "rationale picks an optimal move; `doing given knowing`: of those, the share that then play an optimal "
         "move (agentrl/diagnostics.py; `-`: no rationales, or an eval without these figures).",
         "",
         "| model | opponent | n | return | game return | win | draw | loss | invalid rate | untagged rate |"
-        " optimal moves | knowing | doing given knowing |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        " rationale | optimal moves | knowing | doing given knowing |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows.values():
         lines.append(
             f"| {r['model']} | {r['opponent']} | {r['episodes']} | {fmt(r['return'], 2)} | {fmt(r['game_return'], 2)} |"
             f" {share(r['win_rate'])} | {share(r['draw_rate'])} | {share(r['loss_rate'])} | {share(r['invalid_rate'])} |"
-            f" {share(r.get('untagged_rate'))} | {share(r.get('optimal_move_rate'))} |"
+            f" {share(r.get('untagged_rate'))} | {share(r.get('rationale_rate'))} | {share(r.get('optimal_move_rate'))} |"
             f" {share(r.get('knowing_rate'))} | {share(r.get('doing_given_knowing'))} |"
         )
     training = summary.get("training")

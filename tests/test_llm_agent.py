@@ -191,6 +191,42 @@ def test_untagged_answers_are_counted_in_the_eval_metrics(tiny, lenient):
     assert metrics["invalid_rate"] == (0.0 if lenient else metrics["untagged_rate"])
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<think>right is the exit</think>\n<action>right</action>", True),
+        ("<action>right</action>", False),  # valid under strict parsing, but no rationale
+        ("<think> </think><action>right</action>", False),  # an empty one is none
+        ("<think>right is the exit <action>right</action>", False),  # never closed
+        ("<THINK>go right</THINK><action>right</action>", True),
+    ],
+)
+def test_has_rationale_wants_a_closed_non_empty_think(text, expected):
+    assert TextInterface(cot=True).has_rationale(text) is expected
+
+
+@pytest.mark.parametrize("cot", [True, False])
+def test_the_rationale_rate_counts_answers_that_skip_the_think(tiny, cot):
+    from agentrl.trainers.iteration import rollout_metrics
+
+    _, tokenizer = tiny
+    answers = ["<think>the exit is right</think><action>right</action>", "<action>right</action>"]
+    agent = LLMAgent(TextInterface(cot=cot), ScriptedBackend(tokenizer, answers))
+    episodes = rollout(lambda: Corridor(length=9, max_steps=4), agent, seeds=[0])
+    steps = episodes[0].steps
+    assert all(s.valid for s in steps)  # strict parsing accepts both answers
+    metrics = episode_metrics(episodes)
+    training = rollout_metrics(episodes, [0.0] * len(steps))
+    if not cot:  # no rationale asked: no figure (not a misleading 0)
+        assert "rationale_rate" not in metrics and "train/rationale_rate" not in training
+        assert {s.rationale for s in steps} == {None}
+        return
+    assert [s.rationale for s in steps] == [True, False] * (len(steps) // 2) + [True] * (len(steps) % 2)
+    assert metrics["rationale_rate"] == pytest.approx(sum(s.rationale for s in steps) / len(steps))
+    assert 0 < metrics["rationale_rate"] < 1
+    assert training["train/rationale_rate"] == metrics["rationale_rate"]
+
+
 def test_parse_answer_tag_option():
     interface = TextInterface(answer_tag="answer", lenient=False)
     assert interface.parse("<answer>left</answer>", ["left", "right"]) == "left"

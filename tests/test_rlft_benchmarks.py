@@ -279,3 +279,26 @@ def test_results_none_means_no_copy() -> None:
     import learn_snake
 
     assert learn_snake.results_dir is rlft_bandit.results_dir
+
+
+def test_tictactoe_rationale_rate_from_eval_json_or_older_transcripts(tmp_path: Path) -> None:
+    """An eval.json that carries `rationale_rate` is taken as it is; an older one gets the share from
+    its transcripts (answers with a closed, non-empty <think>), and `-` where neither exists."""
+    _write(tmp_path / "base_random", {**_ttt_eval(0.4, 0.1, 0.5), "rationale_rate": 0.9})
+    _write(tmp_path / "train", _ttt_eval(0.7, 0.1, 0.2))
+    asked = "First think step by step inside <think>...</think>, then answer with one action as <action>NAME</action>."
+    rows = [
+        {"prompt": asked, "completion": "<think>the centre wins</think>\n<action>5</action>"},
+        {"prompt": asked, "completion": "<action>1</action>"},
+        {"prompt": asked, "completion": "<action>2</action>"},
+        {"prompt": asked, "completion": "<think></think><action>3</action>"},
+    ]
+    (tmp_path / "train" / "transcripts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write(tmp_path / "base_mcts", _ttt_eval(0.0, 0.1, 0.9))  # no transcripts
+    runs = rlft_tictactoe.summarize(tmp_path)["runs"]
+    assert runs["base_random"]["rationale_rate"] == 0.9
+    assert runs["train"]["rationale_rate"] == pytest.approx(0.25)
+    assert runs["base_mcts"]["rationale_rate"] is None
+    md = (tmp_path / "summary.md").read_text()
+    assert "| untagged rate | rationale |" in md
+    assert "| 0.250 |" in md.split("| RLFT-trained | random |")[1].splitlines()[0]

@@ -238,6 +238,12 @@ class TextInterface:
         mentions = _mentions(visible, valid_actions)
         return (mentions[-1] if mentions else None), False
 
+    def has_rationale(self, text: str) -> bool:
+        """Whether `text` holds the asked rationale: a closed `<think>...</think>` with something in it.
+        The strict parser accepts a tagged answer without one, so `rationale_rate` shows a policy that
+        learned to skip its reasoning."""
+        return any(m.group(0)[7:-8].strip() for m in self._think.finditer(str(text)[-_MAX_PARSE_CHARS:]))
+
     def extract_text(self, text: str) -> str | None:
         """A free-text env's answer in a completion (module docstring), or None. Never raises."""
         try:
@@ -410,6 +416,8 @@ class LLMAgent(Agent):
                 name, untagged = self.interface.parse_answer(answer, valid)
                 decision = self.interface.decide(ctx, name)
                 decision.untagged = untagged
+            if self.interface.cot:
+                decision.rationale = self.interface.has_rationale(answer)
             decision.generation = Generation(
                 prompt_text=text,
                 completion_text=completion_text,

@@ -49,7 +49,10 @@ def rollout_metrics(episodes: list[Episode], advantages: list[float]) -> dict[st
     steps = sum(e.length for e in episodes)
     adv = np.asarray(advantages, dtype=np.float64) if advantages else np.zeros(1)
     groups = len({e.group_id for e in episodes})
+    judged = [s.rationale for e in episodes for s in e.steps if s.rationale is not None]
+    rationale = {"train/rationale_rate": sum(judged) / len(judged)} if judged else {}  # agent.cot only
     return {
+        **rationale,
         "train/success_rate": sum(e.success for e in episodes) / n,
         "train/mean_return": sum(e.episode_return for e in episodes) / n,
         "train/mean_length": steps / n,
