@@ -19,7 +19,9 @@ Runs, one after another, each through the runner itself (`python -m agentrl.cli`
 
 With `--train-opponent mcts` step 4 trains against the MCTS opponent (the RLFT paper trains one model per
 opponent), its final eval is the trained row against MCTS, and the extra step `trained_random` gives its row
-against the random opponent.
+against the random opponent. `--train-mcts-simulations N` makes the training opponent a weaker MCTS (N UCT
+simulations a move instead of the env's 100): every eval still plays the full one, so the trained row
+against MCTS is then step 5's eval (`trained_mcts/`), never training's own.
 
 Two returns are reported, both mean ± stderr over the games: `return`, eval.json's `mean_return` (the game
 result plus the -5 penalty of each unusable answer, what training maximises), and `game return`, the
@@ -117,6 +119,37 @@ def train_opponent(out: Path) -> str:
     return "random"
 
 
+def config_value(run: Path, key: str) -> Any:
+    """A value of a run's composed config (.hydra/config.yaml), or None without one."""
+    config = run / ".hydra" / "config.yaml"
+    if not config.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(OmegaConf.load(config), key)
+
+
+def weaker_training_mcts(out: Path) -> int | None:
+    """The MCTS simulations `out/train` trained against when they differ from those of the evals against
+    MCTS (`--train-mcts-simulations`); None when training played the evals' opponent."""
+    if train_opponent(out) != "mcts":
+        return None
+    trained = config_value(out / "train", "env.mcts_simulations")
+    evals = [config_value(out / name, "env.mcts_simulations") for name in ("base_mcts", "trained_mcts")]
+    reference = next((v for v in evals if v is not None), eval_mcts_simulations([]))
+    return None if trained is None or int(trained) == int(reference) else int(trained)
+
+
+def eval_mcts_simulations(overrides: list[str]) -> int:
+    """The MCTS simulations the evals play: an `env.mcts_simulations=` override, else the preset's."""
+    for item in reversed(overrides):
+        if item.lstrip("+").startswith("env.mcts_simulations="):
+            return int(item.split("=", 1)[1])
+    from agentrl.config import compose_config
+
+    return int(compose_config([f"experiment={PRESET}"]).env.mcts_simulations)
+
+
 def runs_of(out: Path) -> dict[str, tuple[str, str]]:
     """Row -> (model label, opponent) for `out`. Trained against MCTS (`--train-opponent mcts`), `train/`'s
     own final eval is the trained model against MCTS, so the `trained_random/` step gives its row against
@@ -124,6 +157,20 @@ def runs_of(out: Path) -> dict[str, tuple[str, str]]:
     opponent = train_opponent(out)
     if opponent == "random":
         return dict(RUNS)
+    weaker = weaker_training_mcts(out)
+    if weaker is not None:  # training's own eval played the weaker MCTS: only trained_mcts/ is the MCTS row
+        label = f"RLFT-trained vs MCTS-{weaker}"
+        order = (
+            "base_random",
+            "warmup",
+            "trained_random",
+            "base_mcts",
+            "trained_mcts",
+            "random_random",
+            "random_mcts",
+        )
+        runs = {**RUNS, "trained_random": (label, "random"), "trained_mcts": (label, "mcts")}
+        return {name: runs[name] for name in order}
     label = f"RLFT-trained vs {opponent}"
     order = ("base_random", "warmup", "trained_random", "base_mcts", "train", "random_random", "random_mcts")
     runs = {**RUNS, "trained_random": (label, "random"), "train": (label, opponent)}
@@ -134,13 +181,18 @@ def replacements_of(out: Path) -> dict[str, str]:
     """Row -> the extra step whose eval replaces the row's own (the same model and opponent)."""
     if train_opponent(out) == "random":
         return dict(REPLACEMENTS)
+    if weaker_training_mcts(out) is not None:
+        return {"warmup": "warmup_random"}
     return {"train": "trained_mcts", "warmup": "warmup_random"}
 
 
 def target_pairs(out: Path) -> tuple[tuple[str, str, str], ...]:
     """(opponent, base row, trained row) for the before/after targets."""
-    if train_opponent(out) == "random":
-        return (("random", "base_random", "train"), ("mcts", "base_mcts", "trained_mcts"))
+    if train_opponent(out) == "random" or weaker_training_mcts(out) is not None:
+        return (
+            ("random", "base_random", "train" if train_opponent(out) == "random" else "trained_random"),
+            ("mcts", "base_mcts", "trained_mcts"),
+        )
     return (("random", "base_random", "trained_random"), ("mcts", "base_mcts", "train"))
 
 
@@ -232,6 +284,7 @@ def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
         "preset": PRESET,
         "out": display_path(out),
         "train_opponent": train_opponent(out),
+        "train_mcts_simulations": weaker_training_mcts(out),
         "runs": rows,
         "missing": [name for name in runs if name not in evals],
     }
@@ -264,6 +317,8 @@ def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
 def markdown(summary: dict[str, Any]) -> str:
     rows = summary["runs"]
     opponent = summary.get("train_opponent", "random")
+    if summary.get("train_mcts_simulations"):
+        opponent += f" (MCTS with {summary['train_mcts_simulations']} simulations a move; every eval plays the full one)"
     first = next(iter(rows.values()))
     lines = [
         "# RLFT on tic-tac-toe (SmolLM2-135M, CPU)",
@@ -377,6 +432,14 @@ def main(argv: list[str] | None = None) -> int:
         default="random",
         help="the opponent RLFT trains against (the warm-up and base rows do not depend on it)",
     )
+    parser.add_argument(
+        "--train-mcts-simulations",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --train-opponent mcts: train against MCTS with N simulations a move (a weaker opponent "
+        "that loses more often); every eval plays the env's MCTS (default: train against that one too)",
+    )
     parser.add_argument("--episodes", type=int, default=50, help="held-out games per row")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "rlft_tictactoe")
@@ -407,7 +470,18 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.episodes < 1 or args.minutes <= 0:
             raise BenchmarkError("--episodes must be >= 1 and --minutes > 0")
+        if args.train_mcts_simulations is not None and (
+            args.train_opponent != "mcts" or args.train_mcts_simulations < 1
+        ):
+            raise BenchmarkError("--train-mcts-simulations needs --train-opponent mcts and N >= 1")
         routed = split_overrides(extra)
+        # the evals against MCTS play the same opponent whatever training played (from_run keeps the run's env)
+        eval_mcts = [f"env.mcts_simulations={eval_mcts_simulations(routed['all'])}"]
+        train_mcts = (
+            [f"env.mcts_simulations={args.train_mcts_simulations}"]
+            if args.train_mcts_simulations is not None
+            else []
+        )
         out = args.out
         out.mkdir(parents=True, exist_ok=True)
         common = [f"seed={args.seed}", f"eval.episodes={args.episodes}"]
@@ -456,13 +530,14 @@ def main(argv: list[str] | None = None) -> int:
                     "algo.eval_before=false",  # the base model's rows are base_*/, the warm-up's warmup/
                     *init,
                     *routed["train"],
+                    *train_mcts,
                 ],
                 out,
                 args.threads,
             )
         for name, (run, opponent) in EVALS_OF_RUNS.items():
             if name in args.steps:
-                eval_args = ["eval", f"from_run={out / run}", f"env.opponent={opponent}"]
+                eval_args = ["eval", f"from_run={out / run}", f"env.opponent={opponent}", *eval_mcts]
                 run_step(name, [*eval_args, *common, *routed["all"]], out, args.threads)
         print(f"all steps done in {(time.perf_counter() - start) / 60:.1f} min", flush=True)
         summarize(out, args.results)

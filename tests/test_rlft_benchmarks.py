@@ -302,3 +302,50 @@ def test_tictactoe_rationale_rate_from_eval_json_or_older_transcripts(tmp_path: 
     md = (tmp_path / "summary.md").read_text()
     assert "| untagged rate | rationale |" in md
     assert "| 0.250 |" in md.split("| RLFT-trained | random |")[1].splitlines()[0]
+
+
+def test_tictactoe_trained_against_a_weaker_mcts(tmp_path: Path, monkeypatch) -> None:
+    """`--train-mcts-simulations 10` gives only training the weaker opponent: the evals against MCTS (the
+    trained model's included, through from_run, which would keep the run's env) play the preset's MCTS,
+    and the row against MCTS is that eval, never training's own (which played MCTS-10)."""
+    calls: dict[str, list[str]] = {}
+
+    def fake_run_step(name: str, args: list[str], out: Path, threads: int) -> Path:
+        calls[name] = args
+        _write(out / name, _ttt_eval(0.5, 0.2, 0.3))
+        return out / name
+
+    monkeypatch.setattr(rlft_tictactoe, "run_step", fake_run_step)
+    argv = ["--out", str(tmp_path / "a"), "--train-opponent", "mcts", "--train-mcts-simulations", "10"]
+    assert rlft_tictactoe.main([*argv, "--steps", "train", "trained_mcts"]) == 0
+    assert calls["train"][-1] == "env.mcts_simulations=10"
+    assert (
+        "env.mcts_simulations=100" in calls["trained_mcts"] and "env.opponent=mcts" in calls["trained_mcts"]
+    )
+    assert (
+        rlft_tictactoe.main(["--out", str(tmp_path / "c"), "--train-mcts-simulations", "10"]) == 1
+    )  # random
+
+    out = tmp_path / "b"
+    _write(out / "base_random", _ttt_eval(0.4, 0.1, 0.5))
+    _write(out / "base_mcts", _ttt_eval(0.0, 0.1, 0.9))
+    _write(out / "train", _ttt_eval(0.3, 0.2, 0.5))  # against MCTS-10
+    (out / "train" / ".hydra").mkdir()
+    (out / "train" / ".hydra" / "config.yaml").write_text(
+        "env:\n  name: tictactoe\n  opponent: mcts\n  mcts_simulations: 10\n"
+    )
+    _write(out / "trained_random", _ttt_eval(0.6, 0.1, 0.3))
+    summary = rlft_tictactoe.summarize(out)
+    assert summary["train_mcts_simulations"] == 10
+    assert "train" not in summary["runs"] and "trained_mcts" in summary["missing"]
+    assert "game_return_vs_mcts_rises" not in summary["targets"]
+    _write(out / "trained_mcts", _ttt_eval(0.1, 0.3, 0.6))  # against the full MCTS
+    summary = rlft_tictactoe.summarize(out)
+    assert summary["runs"]["trained_mcts"]["opponent"] == "mcts"
+    assert summary["targets"]["game_return_vs_mcts_rises"]["change"] == pytest.approx(0.4)
+    assert summary["targets"]["game_return_vs_random_rises"]["change"] == pytest.approx(0.4)
+    md = (out / "summary.md").read_text()
+    assert "MCTS with 10 simulations a move" in md
+    assert (
+        "| RLFT-trained vs MCTS-10 | mcts | 50 |" in md and "| RLFT-trained vs MCTS-10 | random | 50 |" in md
+    )
