@@ -227,6 +227,23 @@ def test_the_rationale_rate_counts_answers_that_skip_the_think(tiny, cot):
     assert training["train/rationale_rate"] == metrics["rationale_rate"]
 
 
+def test_require_rationale_makes_an_answer_without_its_think_invalid():
+    valid = ["left", "right"]
+    both = "<think>the exit is right</think>\n<action>right</action>"
+    strict = TextInterface(cot=True, require_rationale=True)
+    assert strict.parse_answer(both, valid) == ("right", False)
+    assert strict.parse_answer("<action>right</action>", valid) == (None, False)
+    assert strict.parse_answer("<think> </think><action>right</action>", valid) == (None, False)
+    assert TextInterface(cot=True).parse_answer("<action>right</action>", valid) == ("right", False)
+    code = TextInterface(cot=True, require_rationale=True)
+    assert code.extract_text("<action>print(1)</action>") is None
+    assert code.extract_text("<think>print it</think><action>print(1)</action>").strip() == "print(1)"
+    with pytest.raises(ConfigError, match="agent.cot=true"):
+        TextInterface(require_rationale=True)
+    with pytest.raises(ConfigError, match="require_rationale"):
+        compose_config(["agent.require_rationale=true"])
+
+
 def test_parse_answer_tag_option():
     interface = TextInterface(answer_tag="answer", lenient=False)
     assert interface.parse("<answer>left</answer>", ["left", "right"]) == "left"

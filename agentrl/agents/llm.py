@@ -75,6 +75,7 @@ class TextInterface:
     cot: bool = False
     answer_tag: str = "action"
     lenient: bool = False
+    require_rationale: bool = False
     system_prompt: str | None = None
     prefill: str = ""
     invalid_rule: str = "penalty_default"
@@ -86,6 +87,10 @@ class TextInterface:
             raise UnknownChoiceError("agent.invalid_rule", self.invalid_rule, INVALID_RULES)
         if self.history < 0:
             raise ConfigError("agent.history must be >= 0")
+        if self.require_rationale and not self.cot:
+            raise ConfigError(
+                "agent.require_rationale needs agent.cot=true (no rationale is asked for without it)"
+            )
         if not re.fullmatch(r"[A-Za-z_][\w-]*", self.answer_tag or ""):
             raise ConfigError(f"agent.answer_tag {self.answer_tag!r} must be a plain tag name like 'action'")
         tag = re.escape(self.answer_tag)
@@ -187,6 +192,8 @@ class TextInterface:
         try:
             text, valid = str(text)[-_MAX_PARSE_CHARS:], list(valid_actions)
             name, tagged = self._parse(text, valid)
+            if name is not None and self.require_rationale and not self.has_rationale(text):
+                return None, False  # the asked format with cot: reasoning first, then the answer
             if name is None and not self.lenient:  # would the lenient parser have read one?
                 loose, tagged = self._loose(text, valid, self._answers(text))
                 return None, loose is not None and not tagged
@@ -253,6 +260,8 @@ class TextInterface:
             return None
 
     def _extract_text(self, text: str) -> str | None:
+        if self.require_rationale and not self.has_rationale(text):
+            return None
         visible = self._think.sub(" ", text)
         if "<think>" in visible.lower():  # reasoning never closed: everything is reasoning
             return None

@@ -556,6 +556,11 @@ class LLMAgentConfig(Schema):
         "true: an answer without a usable tag plays the last valid action it names (train logs a warning); "
         "false: it is invalid. Either way it counts in untagged_rate",
     )
+    require_rationale: bool = setting(
+        False,
+        "with cot: an answer without a closed, non-empty <think>...</think> is invalid (false: it is valid "
+        "and counts against rationale_rate)",
+    )
     stop_at_answer: bool = setting(True, "stop generating after the closing answer tag")
     system_prompt: str | None = setting(
         None,
@@ -595,6 +600,10 @@ class LLMAgentConfig(Schema):
             self.fail(prefix, "answer_tag", "must be a plain tag name like action (letters, digits, _ or -)")
         if self.decision == "score" and self.cot:
             self.fail(prefix, "cot", "decision=score scores the answer itself; it cannot reason first")
+        if self.require_rationale and not self.cot:
+            self.fail(
+                prefix, "require_rationale", "needs agent.cot=true (no rationale is asked for without it)"
+            )
 
 
 @dataclass
