@@ -451,10 +451,12 @@ def plot(evals: dict[str, dict[str, Any]], path: Path, n: int | None = None) -> 
 
 
 # ---------------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def runner_parser(
+    doc: str | None, name: str, steps: tuple[str, ...], extra_steps: tuple[str, ...], rows: str
+) -> argparse.ArgumentParser:
+    """The options the RLFT benchmark runners share (`name`: the output's file and directory name; `rows`:
+    what --episodes counts)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--minutes", type=float, default=35.0, help="training budget (algo.time_limit_minutes)"
     )
@@ -465,14 +467,14 @@ def main(argv: list[str] | None = None) -> int:
         help="iteration cap (default: effectively none, the budget stops training)",
     )
     parser.add_argument("--seed", type=int, default=0, help="global seed: training and the eval seeds")
-    parser.add_argument("--episodes", type=int, default=50, help="held-out eval episodes per agent")
+    parser.add_argument("--episodes", type=int, default=50, help=f"held-out {rows}")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "rlft_bandit")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / name)
     parser.add_argument(
         "--results",
         type=results_dir,
         default=None,
-        help="also write rlft_bandit.{md,json,png} here (e.g. benchmarks/results; 'none': no copy, the default)",
+        help=f"also write {name}.{{md,json,png}} here (e.g. benchmarks/results; 'none': no copy, the default)",
     )
     parser.add_argument(
         "--summarize",
@@ -484,10 +486,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--steps",
         nargs="+",
-        default=list(STEPS),
-        choices=STEPS + EXTRA_STEPS,
+        default=list(steps),
+        choices=steps + extra_steps,
         help="run only these steps (two invocations on one --out may run different steps)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = runner_parser(__doc__, "rlft_bandit", STEPS, EXTRA_STEPS, "eval episodes per agent")
     args, extra = parser.parse_known_args(argv)
     try:
         if args.summarize:

@@ -47,7 +47,6 @@ skipped (rerun into the same `--out` to resume).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -57,15 +56,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rlft_bandit import (  # noqa: E402 - the shared runner helpers
-    ROOT,
     BenchmarkError,
     change,
     complete,
     display_path,
     fmt,
     preset_env_overrides,
-    results_dir,
     run_step,
+    runner_parser,
     share,
     split_overrides,
     training_info,
@@ -413,19 +411,7 @@ def plot(rows: dict[str, dict[str, Any]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--minutes", type=float, default=35.0, help="training budget (algo.time_limit_minutes)"
-    )
-    parser.add_argument(
-        "--iterations",
-        type=int,
-        default=10_000,
-        help="iteration cap (default: effectively none, the budget stops training)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="global seed: training and the eval seeds")
+    parser = runner_parser(__doc__, PRESET, STEPS, EXTRA_STEPS, "games per row")
     parser.add_argument(
         "--train-opponent",
         choices=OPPONENTS,
@@ -439,29 +425,6 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="with --train-opponent mcts: train against MCTS with N simulations a move (a weaker opponent "
         "that loses more often); every eval plays the env's MCTS (default: train against that one too)",
-    )
-    parser.add_argument("--episodes", type=int, default=50, help="held-out games per row")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "rlft_tictactoe")
-    parser.add_argument(
-        "--results",
-        type=results_dir,
-        default=None,
-        help="also write rlft_tictactoe.{md,json,png} here (e.g. benchmarks/results; 'none': no copy, the default)",
-    )
-    parser.add_argument(
-        "--summarize",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="only rebuild the summary and plot from an existing output dir",
-    )
-    parser.add_argument(
-        "--steps",
-        nargs="+",
-        default=list(STEPS),
-        choices=STEPS + EXTRA_STEPS,
-        help="run only these steps (two invocations on one --out may run different steps)",
     )
     args, extra = parser.parse_known_args(argv)
     try:

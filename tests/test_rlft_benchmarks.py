@@ -153,6 +153,21 @@ def _ttt_eval(win: float, draw: float, loss: float, n: int = 50, invalid: float 
     }
 
 
+def _fake_ttt_steps(monkeypatch) -> dict[str, list[str]]:
+    """rlft_tictactoe.run_step replaced by one that records each step's arguments and writes a complete
+    run with an eval.json; returns the record."""
+    calls: dict[str, list[str]] = {}
+
+    def fake_run_step(name: str, args: list[str], out: Path, threads: int) -> Path:
+        calls[name] = args
+        _write(out / name, _ttt_eval(0.5, 0.2, 0.3))
+        (out / name / "status.json").write_text(json.dumps({"status": "complete"}))
+        return out / name
+
+    monkeypatch.setattr(rlft_tictactoe, "run_step", fake_run_step)
+    return calls
+
+
 def test_tictactoe_game_return_stderr_matches_the_games() -> None:
     games = [1] * 30 + [0] * 5 + [-1] * 15  # w=0.6, d=0.1, l=0.3
     mean, stderr = rlft_bandit.mean_stderr([float(g) for g in games])
@@ -179,15 +194,7 @@ def test_tictactoe_summary(tmp_path: Path) -> None:
 def test_tictactoe_training_starts_from_a_complete_warmup(tmp_path: Path, monkeypatch) -> None:
     """The train step runs `init_from=<out>/warmup` when the warm-up run is complete, and without it
     otherwise (the warm-up row is then missing from the table)."""
-    calls: dict[str, list[str]] = {}
-
-    def fake_run_step(name: str, args: list[str], out: Path, threads: int) -> Path:
-        calls[name] = args
-        _write(out / name, _ttt_eval(0.5, 0.2, 0.3))
-        (out / name / "status.json").write_text(json.dumps({"status": "complete"}))
-        return out / name
-
-    monkeypatch.setattr(rlft_tictactoe, "run_step", fake_run_step)
+    calls = _fake_ttt_steps(monkeypatch)
     assert rlft_tictactoe.main(["--out", str(tmp_path / "a"), "--steps", "train"]) == 0
     assert not any(a.startswith("init_from=") for a in calls["train"])
     assert rlft_tictactoe.main(["--out", str(tmp_path / "b"), "--steps", "warmup", "train"]) == 0
@@ -226,14 +233,7 @@ def test_tictactoe_trained_against_mcts(tmp_path: Path, monkeypatch) -> None:
     """`--train-opponent mcts` trains against MCTS; the summary reads the opponent from the train run's
     config: its own eval is the row against MCTS, `trained_random/` the row against the random opponent,
     and the targets compare each with the base model against the same opponent."""
-    calls: dict[str, list[str]] = {}
-
-    def fake_run_step(name: str, args: list[str], out: Path, threads: int) -> Path:
-        calls[name] = args
-        _write(out / name, _ttt_eval(0.5, 0.2, 0.3))
-        return out / name
-
-    monkeypatch.setattr(rlft_tictactoe, "run_step", fake_run_step)
+    calls = _fake_ttt_steps(monkeypatch)
     rlft_tictactoe.main(["--out", str(tmp_path / "a"), "--steps", "train", "--train-opponent", "mcts"])
     assert "env.opponent=mcts" in calls["train"] and "env.opponent=random" not in calls["train"]
 
@@ -275,7 +275,9 @@ def test_results_none_means_no_copy() -> None:
     assert rlft_bandit.results_dir("none") is None
     assert rlft_bandit.results_dir("None") is None
     assert rlft_bandit.results_dir("benchmarks/results") == Path("benchmarks/results")
-    assert rlft_tictactoe.results_dir is rlft_bandit.results_dir
+    parser = rlft_tictactoe.runner_parser(None, "rlft_tictactoe", ("train",), (), "games per row")
+    assert parser.parse_args(["--results", "none"]).results is None
+    assert rlft_tictactoe.runner_parser is rlft_bandit.runner_parser
     import learn_snake
 
     assert learn_snake.results_dir is rlft_bandit.results_dir
@@ -308,14 +310,7 @@ def test_tictactoe_trained_against_a_weaker_mcts(tmp_path: Path, monkeypatch) ->
     """`--train-mcts-simulations 10` gives only training the weaker opponent: the evals against MCTS (the
     trained model's included, through from_run, which would keep the run's env) play the preset's MCTS,
     and the row against MCTS is that eval, never training's own (which played MCTS-10)."""
-    calls: dict[str, list[str]] = {}
-
-    def fake_run_step(name: str, args: list[str], out: Path, threads: int) -> Path:
-        calls[name] = args
-        _write(out / name, _ttt_eval(0.5, 0.2, 0.3))
-        return out / name
-
-    monkeypatch.setattr(rlft_tictactoe, "run_step", fake_run_step)
+    calls = _fake_ttt_steps(monkeypatch)
     argv = ["--out", str(tmp_path / "a"), "--train-opponent", "mcts", "--train-mcts-simulations", "10"]
     assert rlft_tictactoe.main([*argv, "--steps", "train", "trained_mcts"]) == 0
     assert calls["train"][-1] == "env.mcts_simulations=10"
