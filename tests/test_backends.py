@@ -512,6 +512,58 @@ def test_shared_decoding_runs_each_distinct_context_once():
         assert lp_a == pytest.approx(lp_b, abs=1e-4)
 
 
+def test_shared_decoding_drops_finished_rows_and_keeps_exact_logprobs(eos_model):
+    """Rows that ended leave the decode batch (its KV cache shrinks to the rows still writing), and every
+    row's log-probs are still a fresh forward pass's, through the cache written in place."""
+    model, tokenizer = eos_model
+    shared = HFBackend(model, tokenizer, share_prompts=True)
+    prompts = _prompts(tokenizer, 12)  # distinct prompts: one context per row
+    sampling = SamplingConfig(temperature=0.7, max_new_tokens=12)
+    decode_rows: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: (
+            decode_rows.append(kwargs["input_ids"].size(0)) if kwargs["input_ids"].size(1) == 1 else None
+        ),
+        with_kwargs=True,
+    )
+    try:
+        results = shared.generate(prompts, sampling, seed=3)
+    finally:
+        hook.remove()
+    lengths = [len(ids) for ids, _ in results]
+    assert min(lengths) < max(lengths)  # some rows ended early
+    # the decode after token k runs the rows that have not ended by then
+    assert decode_rows == [sum(n > k + 1 for n in lengths) for k in range(len(decode_rows))]
+    assert decode_rows[-1] < len(prompts)
+    for prompt, (ids, logprobs) in zip(prompts, results, strict=True):
+        expected = _fresh_logprobs(model, prompt, ids, sampling.temperature)
+        assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4), (logprobs, expected)
+
+
+def test_a_preallocated_cache_holds_what_a_dynamic_one_does():
+    """`preallocate` writes new positions in place; after appends, a batch selection and a crop, its
+    layers hold exactly the states a DynamicCache's do."""
+    from transformers import DynamicCache
+
+    from agentrl.agents.kvcache import preallocate
+
+    def states(n):
+        return [(torch.randn(3, 2, n, 4), torch.randn(3, 2, n, 4)) for _ in range(2)]
+
+    first = states(5)
+    plain, grown = DynamicCache(first), preallocate(DynamicCache(first), 2)
+    for step in range(4):  # past the spare room: the buffer grows
+        for layer, (k, v) in enumerate(states(1 + step % 2)):
+            plain.update(k, v, layer)
+            grown.update(k, v, layer)
+    for cache in (plain, grown):
+        cache.batch_select_indices(torch.tensor([2, 0, 0]))
+        cache.crop(-2)
+    assert grown.get_seq_length() == plain.get_seq_length() == 5 + 6 - 2
+    for a, b in zip(plain.layers, grown.layers, strict=True):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
 def test_one_token_answers_reuse_logits_until_the_weights_change(monkeypatch):
     from agentrl.agents import kvcache
 

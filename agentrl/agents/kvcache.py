@@ -11,6 +11,7 @@ up exactly as if every row had its own copy.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -56,6 +57,83 @@ def expand_states(states: list[tuple[torch.Tensor, torch.Tensor]], length: int, 
             for k, v in states
         ]
     )
+
+
+def preallocate(cache: Any, extra_tokens: int) -> Any:
+    """`cache` (a DynamicCache of plain layers) with room for `extra_tokens` more positions per layer,
+    written in place: a DynamicLayer appends with `torch.cat`, which copies the whole cache at every
+    decoded token (on a CPU as much time as the matmuls for a few rows of a few hundred tokens). Layers
+    that are not plain dynamic ones are left as they are."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer or not layer.is_initialized for layer in layers):
+        return cache
+    growing = _growing_layer_class()
+    cache.layers = [growing(layer.keys, layer.values, extra_tokens) for layer in layers]
+    return cache
+
+
+@functools.cache
+def _growing_layer_class() -> type:
+    """Built on first use: transformers is imported only where a cache is."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """A DynamicLayer whose keys and values are views of a buffer with spare positions: `update`
+        writes the new positions in place (the buffer doubles when full), `batch_select_indices` copies
+        the buffer once."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, extra_tokens: int):
+            super().__init__()
+            self.device, self.is_initialized = keys.device, True
+            self.length = keys.shape[-2]
+            self._keys = self._buffer(keys, self.length + max(int(extra_tokens), 1))
+            self._values = self._buffer(values, self._keys.shape[-2])
+            self._views()
+
+        @staticmethod
+        def _buffer(states: torch.Tensor, capacity: int) -> torch.Tensor:
+            batch, heads, length, dim = states.shape
+            buffer = states.new_empty((batch, heads, capacity, dim))
+            buffer[:, :, :length] = states
+            return buffer
+
+        def _views(self) -> None:
+            self.keys = self._keys[:, :, : self.length]
+            self.values = self._values[:, :, : self.length]
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+            end = self.length + key_states.shape[-2]
+            if end > self._keys.shape[-2]:
+                self._keys = self._buffer(self.keys, 2 * end)
+                self._values = self._buffer(self.values, 2 * end)
+            self._keys[:, :, self.length : end] = key_states
+            self._values[:, :, self.length : end] = value_states
+            self.length = end
+            self._views()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self._views()
+
+        def crop(self, tokens_to_remove: int) -> None:
+            if tokens_to_remove < 0:
+                self.length = max(self.length + tokens_to_remove, 0)
+                self._views()
+            else:
+                super().crop(tokens_to_remove)
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            self._keys = self._keys.repeat_interleave(repeats, dim=0)
+            self._values = self._values.repeat_interleave(repeats, dim=0)
+            self._views()
+
+    return GrowingLayer
 
 
 def prefill_shared(
@@ -114,5 +192,6 @@ __all__ = [
     "common_prefix_length",
     "expand_states",
     "output_cache",
+    "preallocate",
     "prefill_shared",
 ]

@@ -274,7 +274,7 @@ class HFBackend(Backend):
     ) -> list[Completion]:
         import torch
 
-        from agentrl.agents.kvcache import output_cache
+        from agentrl.agents.kvcache import output_cache, preallocate
 
         if sampling.max_new_tokens == 1:
             return self._generate_one(prompts, sampling, seed)
@@ -285,6 +285,7 @@ class HFBackend(Backend):
         with self._inference():
             # One KV-cache row per distinct context (prompt + tokens so far), `context` maps rows onto them
             cache, logits, mask, position = self._prefill([list(k) for k in keys])
+            cache = preallocate(cache, sampling.max_new_tokens)
             done = torch.zeros(len(prompts), dtype=torch.bool, device=self.device)
             tokens, logps = [], []
             for step in range(sampling.max_new_tokens):
@@ -304,9 +305,21 @@ class HFBackend(Backend):
                     break
                 # Rows that share a context and drew the same token share the next context: an answer
                 # format that most rows write alike (<action>NAME</action>) runs once per distinct prefix.
-                pairs, context = torch.unique(context * logits.size(-1) + chosen, return_inverse=True)
+                # Finished rows keep no context: the cache shrinks to the rows still writing (their pad
+                # tokens read context 0, and are replaced by pad again).
+                active = ~done
+                pairs, inverse = torch.unique(
+                    context[active] * logits.size(-1) + chosen[active], return_inverse=True
+                )
+                context = torch.zeros_like(context)
+                context[active] = inverse
                 parent, token = pairs // logits.size(-1), pairs % logits.size(-1)
-                cache.batch_select_indices(parent)
+                if parent.numel() != mask.size(0) or not torch.equal(
+                    parent, torch.arange(mask.size(0), device=parent.device)
+                ):
+                    # copies every layer's keys and values: skipped in the common case where each
+                    # context has exactly one row left, in order
+                    cache.batch_select_indices(parent)
                 mask = mask[parent]
                 mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
                 position = position[parent] + 1
