@@ -201,7 +201,7 @@ class HFBackend(Backend):
             raise BackendError("empty prompt")
         if self.share_prompts:
             return self._generate_shared(prompts, sampling, seed)
-        from agentrl.agents.kvcache import expand_states
+        from agentrl.agents.kvcache import expand_states, preallocate
 
         LogprobRecorder, StopOnStrings = _stopping_classes()
         was_training = self.model.training
@@ -233,8 +233,14 @@ class HFBackend(Backend):
                     device=device,
                     dtype=torch.long,
                 )
+                # the prompts' own parts and the answers are then written into the cache in place
                 extra = (
-                    {self._cache_arg: expand_states(self._prefix_states, shared, len(prompts))}
+                    {
+                        self._cache_arg: preallocate(
+                            expand_states(self._prefix_states, shared, len(prompts)),
+                            width + sampling.max_new_tokens,
+                        )
+                    }
                     if shared
                     else {}
                 )
