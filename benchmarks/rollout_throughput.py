@@ -5,8 +5,14 @@
 
     .venv/bin/python benchmarks/rollout_throughput.py                      # embedded SmolLM2-135M
     .venv/bin/python benchmarks/rollout_throughput.py --model tiny-random  # quick check
+    # a training rollout's decode (prompt sharing, rationales, sampled) and where its time goes
+    .venv/bin/python benchmarks/rollout_throughput.py --env tictactoe --cot --share-prompts \
+        --temperature 1 --max-new-tokens 64 --episodes 8 --threads 1 --profile
 
 Prints env-steps/s of both and their ratio (the issue's target: >= 4x at 16 episodes on 2 CPU cores).
+`--profile` then plays the lockstep rollout once more under torch.profiler and prints the operators
+that took the most CPU time. The engine is the `agentrl` on the path: `PYTHONPATH=<another tree>` runs
+this script on that tree's engine (before/after comparisons).
 """
 
 from __future__ import annotations
@@ -51,6 +57,11 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (the eval default)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--cot", action="store_true", help="a rationale before each answer (RLFT's format)")
+    parser.add_argument(
+        "--share-prompts", action="store_true", help="the training rollouts' backend (prompt sharing)"
+    )
+    parser.add_argument("--profile", action="store_true", help="profile the lockstep rollout once more")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -58,7 +69,8 @@ def main() -> None:
 
     model, tokenizer = load_model({"name": args.model, "name_or_path": f"builtin:{args.model}"})
     sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    agent = LLMAgent(TextInterface(), HFBackend(model, tokenizer), sampling)
+    backend = HFBackend(model, tokenizer, share_prompts=args.share_prompts)
+    agent = LLMAgent(TextInterface(cot=args.cot), backend, sampling)
     options = _parse_options(args.env_option)
     make = lambda: make_env(args.env, **options)  # noqa: E731
     seeds = list(range(args.episodes))
@@ -86,6 +98,15 @@ def main() -> None:
     if args.temperature == 0:
         same = episodes_by_mode["one at a time"] == episodes_by_mode["lockstep"]
         print(f"greedy actions identical in both modes: {same}")
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            start = time.perf_counter()
+            rollout(make, agent, seeds, lockstep=True)
+            seconds = time.perf_counter() - start
+        print(f"profiled lockstep rollout: {seconds:.1f} s")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 
 if __name__ == "__main__":
