@@ -9,7 +9,7 @@ from typing import Any, Protocol
 class ScoringAgent(Protocol):
     """The parts of `LLMAgent` that `scoring.score_decisions` reads."""
 
-    interface: Any  # agents/llm.py TextInterface: prompts and answer format
+    interface: Any  # agents/interface.py TextInterface: prompts and answer format
     backend: Any  # agents/backends: the HF model that scores
     sampling: Any  # SamplingConfig: its temperature divides the scores
     score_normalization: str

@@ -8,7 +8,7 @@ fixed list of action names. `step` accepts an index or a name. Each `info` carri
 - ``success``: bool, only meaningful at episode end (goal reached, game won, ...).
 
 `instructions` is the fixed task text (rules, rewards, the list of actions). The answer format an LLM
-must use is added by the agent's text interface (agents/llm.py), not here.
+must use is added by the agent's text interface (agents/interface.py), not here.
 """
 
 from __future__ import annotations
