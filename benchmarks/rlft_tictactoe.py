@@ -288,7 +288,10 @@ def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
     }
     if (out / "train").is_dir():
         summary["training"] = training_info(out / "train")
-        summary["training"]["train_time_s"] = evals.get("train", {}).get("train_time_s")
+        own = out / "train" / "eval.json"  # training's own eval (not a row when it played a weaker MCTS)
+        summary["training"]["train_time_s"] = (
+            json.loads(own.read_text()).get("train_time_s") if own.is_file() else None
+        )
     targets = {}
     for opponent, before, after in target_pairs(out):
         if before in rows and after in rows:
