@@ -47,6 +47,7 @@ skipped (rerun into the same `--out` to resume).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -143,6 +144,12 @@ def eval_mcts_simulations(overrides: list[str]) -> int:
     for item in reversed(overrides):
         if item.lstrip("+").startswith("env.mcts_simulations="):
             return int(item.split("=", 1)[1])
+    return preset_mcts_simulations()
+
+
+@functools.cache
+def preset_mcts_simulations() -> int:
+    """The preset's MCTS simulations (composed once: the summary asks for each row)."""
     from agentrl.config import compose_config
 
     return int(compose_config([f"experiment={PRESET}"]).env.mcts_simulations)

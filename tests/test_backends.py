@@ -487,6 +487,22 @@ def test_hf_shared_prompts_match_plain_generation():
     assert shared.generate(prompts, hot, seed=3) == shared.generate(prompts, hot, seed=3)
 
 
+@contextlib.contextmanager
+def _decode_rows(model):
+    """The batch size of every one-token (decode) forward of `model` while the block runs."""
+    rows: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: (
+            rows.append(kwargs["input_ids"].size(0)) if kwargs["input_ids"].size(1) == 1 else None
+        ),
+        with_kwargs=True,
+    )
+    try:
+        yield rows
+    finally:
+        hook.remove()
+
+
 def test_shared_decoding_runs_each_distinct_context_once():
     """Copies of a prompt that draw the same tokens share one KV-cache row while they agree."""
     model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
@@ -495,17 +511,8 @@ def test_shared_decoding_runs_each_distinct_context_once():
     system = list(range(100, 120))
     prompts = [system + p for p in ([5, 6, 7, 8], [9, 10], [11, 12, 13])] * 4
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=5)
-    decode_rows: list[int] = []
-    hook = model.register_forward_pre_hook(
-        lambda module, args, kwargs: (
-            decode_rows.append(kwargs["input_ids"].size(0)) if kwargs["input_ids"].size(1) == 1 else None
-        ),
-        with_kwargs=True,
-    )
-    try:
+    with _decode_rows(model) as decode_rows:
         got = shared.generate(prompts, greedy)
-    finally:
-        hook.remove()
     assert decode_rows and max(decode_rows) <= 3, decode_rows  # 3 distinct prompts, greedy: 3 contexts
     for (ids_a, lp_a), (ids_b, lp_b) in zip(plain.generate(prompts, greedy), got, strict=True):
         assert ids_a == ids_b
@@ -519,17 +526,8 @@ def test_shared_decoding_drops_finished_rows_and_keeps_exact_logprobs(eos_model)
     shared = HFBackend(model, tokenizer, share_prompts=True)
     prompts = _prompts(tokenizer, 12)  # distinct prompts: one context per row
     sampling = SamplingConfig(temperature=0.7, max_new_tokens=12)
-    decode_rows: list[int] = []
-    hook = model.register_forward_pre_hook(
-        lambda module, args, kwargs: (
-            decode_rows.append(kwargs["input_ids"].size(0)) if kwargs["input_ids"].size(1) == 1 else None
-        ),
-        with_kwargs=True,
-    )
-    try:
+    with _decode_rows(model) as decode_rows:
         results = shared.generate(prompts, sampling, seed=3)
-    finally:
-        hook.remove()
     lengths = [len(ids) for ids, _ in results]
     assert min(lengths) < max(lengths)  # some rows ended early
     # the decode after token k runs the rows that have not ended by then
