@@ -13,7 +13,7 @@ training, no periodic evals, no checkpoints, no final model, no transcripts) and
 eval (`--eval-episodes`). Runs go one at a time, interleaved: for each seed and preset every side
 runs once, the order reversed from one preset to the next, so machine noise hits all sides alike.
 
-Per side and preset: the median `iteration_s` (and `rollout_s`, `update_s`) over the iterations of all
+Per side and preset: the median `iteration_s` (and `rollout_s`, `credit_s`, `prepare_s`, `update_s`) over the iterations of all
 seeds, iteration 1 excluded as warm-up when N >= 3; speedup = side's median / the reference side's
 ("current", else the first side); learning: the mean training return per iteration and over the
 iterations, and the greedy eval after training, with standard errors.
@@ -54,7 +54,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = ("frozenlake_learn", "kitchen_learn", "snake_learn", "rlft_tictactoe")
-PHASES = ("iteration_s", "rollout_s", "update_s")
+#: credit_s: the credit assignment (with a critic, its trunk's forward over every row); prepare_s: the
+#: no-grad forwards the rows carry into the update (reference and old log-probs)
+PHASES = ("iteration_s", "rollout_s", "credit_s", "prepare_s", "update_s")
 TRAIN_KEYS = ("train/mean_return", "train/success_rate", "train/invalid_rate", "train/untagged_rate")
 #: keys the benchmark sets itself: an override of one would break the run layout or the comparison
 OWNED_KEYS = frozenset({"experiment", "seed", "algo.iterations", "hydra.run.dir"})
@@ -486,14 +488,14 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         *(f"- {s['label']}: {s['tree']} {' '.join(s['overrides'])}".rstrip() for s in result["sides"]),
         "",
-        "| preset | side | s/iter | rollout s | update s | speedup | train return | train success | "
-        "train invalid | eval return | eval success | runs (failed) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| preset | side | s/iter | rollout s | credit s | prepare s | update s | speedup | train return | "
+        "train success | train invalid | eval return | eval success | runs (failed) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['preset']} | {r['side']} | {seconds(r['median_iteration_s'])} | {seconds(r['median_rollout_s'])} "
-            f"| {seconds(r['median_update_s'])} | {cell(r['speedup_iteration_s'], '.2f', 'x')} "
+            f"| {seconds(r['median_credit_s'])} | {seconds(r['median_prepare_s'])} | {seconds(r['median_update_s'])} | {cell(r['speedup_iteration_s'], '.2f', 'x')} "
             f"| {pm(r['train_return'], r['train_return_se'])} | {cell(r['train_success_rate'], '.2f')} "
             f"| {cell(r['train_invalid_rate'], '.2f')} | {pm(r['eval_return'], r['eval_return_se'])} "
             f"| {cell(r['eval_success_rate'], '.2f')} | {r['runs']} ({r['failed']}) |"

@@ -176,6 +176,76 @@ def test_the_critic_trunk_is_a_frozen_copy_under_full_fine_tuning(tiny):
                 p.sub_(0.1)
 
 
+def test_a_critic_on_the_reference_model_scores_its_log_probs_in_the_same_forward(tiny):
+    """With the reference model as its trunk, the critic's values are those of a critic on its own frozen
+    copy, and the reference log-probs it gives each row equal a plain forward of the reference model."""
+    import copy
+
+    from agentrl.trainers.logps import shared_prefix_logps
+    from agentrl.types import StepSample
+
+    model, tokenizer = tiny
+    reference = copy.deepcopy(model).eval()
+    shared = Critic(model, reference_trunk=True)
+    assert shared.trunk is None and not shared.scores_reference
+    with pytest.raises(RuntimeError, match="no trunk"):
+        shared.features([[5, 6]], [[7]], tokenizer.pad_token_id)
+    shared.use_reference(reference, temperature=0.7)
+    assert shared.trunk is reference and shared.scores_reference
+    own = Critic(model)
+    own.head.load_state_dict(shared.head.state_dict())
+
+    def step(prompt: list[int], completion: list[int]) -> Step:
+        generation = Generation("p", "c", prompt, completion)
+        return Step("o", 0, "a", True, 0.0, 0.0, generation=generation)
+
+    head = list(range(40, 80))
+    episodes = [
+        Episode(seed=0, steps=[step(head + [5, 6, 7], [20, 21, 22]), step(head + [5, 9], [23])]),
+        Episode(seed=0, steps=[step(head + [5, 6, 7], [24, 25]), step(head + [11], [])]),
+    ]
+    values = shared.evaluate(episodes, tokenizer.pad_token_id)
+    torch.testing.assert_close(
+        torch.tensor([v for e in values for s in e for v in s]),
+        torch.tensor([v for e in own.evaluate(episodes, tokenizer.pad_token_id) for s in e for v in s]),
+    )
+    assert own.reference_logps([StepSample([1], [2], None, 0.0, 0, 0)], 3).abs().sum() == 0  # it scores none
+
+    rows = [
+        StepSample(s.prompt_ids, s.completion_ids, None, 0.0, i, t)
+        for i, e in enumerate(episodes)
+        for t, s in enumerate(e.steps)
+    ]
+    rows.append(StepSample([0], [0], None, 0.0, -1, -1))  # a placeholder row: zeros
+    got = shared.reference_logps(rows, width=4)
+    assert got.shape == (5, 4) and got[-1].abs().sum() == 0
+    for r, row in enumerate(rows[:-1]):
+        n = len(row.completion_ids)
+        assert got[r, n:].abs().sum() == 0
+        if n:
+            ids = torch.tensor([row.prompt_ids + row.completion_ids])
+            expected = shared_prefix_logps(reference, ids, torch.ones_like(ids), n, temperature=0.7)[0][0]
+            torch.testing.assert_close(got[r, :n], expected, atol=1e-5, rtol=1e-4)
+
+
+def test_the_value_heads_initial_weights_come_from_the_seed(tiny):
+    model, _ = tiny
+
+    def head(seed: int) -> torch.Tensor:
+        torch.manual_seed(torch.randint(0, 2**31, ()).item() + 1)  # whatever the global generator holds
+        return torch.cat([p.flatten() for p in Critic(model, seed=seed).head.parameters()])
+
+    state = torch.get_rng_state()
+    torch.testing.assert_close(head(3), head(3))
+    assert not torch.equal(head(3), head(4))
+    torch.manual_seed(0)
+    before = torch.rand(1)
+    torch.manual_seed(0)
+    Critic(model, seed=5)
+    assert torch.equal(torch.rand(1), before)  # the global generator is left as it was
+    torch.set_rng_state(state)
+
+
 def test_value_loss_goes_down_on_a_fixed_batch():
     torch.manual_seed(0)
     head = ValueHead(16)

@@ -291,6 +291,33 @@ def test_gae_advantage_trains_a_value_head_on_tictactoe(tmp_path):
     assert (tmp_path / "final" / VALUE_HEAD_FILE).is_file()
 
 
+def test_gae_with_a_kl_term_trains_alike_when_the_critic_shares_the_reference_model(
+    tmp_path, monkeypatch, caplog
+):
+    """GAE with beta > 0: the critic's trunk is TRL's reference model, and the reference log-probs come from
+    the critic's forward. Two iterations train as with two separate frozen copies: the same KL (exactly 0
+    before the first update), value loss and policy loss."""
+    import agentrl.trainers.multistep as multistep
+
+    overrides = [o for o in RUN if not o.startswith(("env", "algo.save_final"))]
+    cfg = [*overrides, "env=tictactoe", "algo.advantage=gae", "algo.iterations=2", "algo.save_final=false"]
+
+    def metrics(out: Any) -> list[dict[str, Any]]:
+        train_llm(compose_config(cfg), out)
+        return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+    with caplog.at_level(logging.INFO, logger="agentrl.trainers.multistep"):
+        shared = metrics(tmp_path / "shared")
+    assert any("trunk is the reference model" in r.getMessage() for r in caplog.records)
+    monkeypatch.setattr(multistep, "_shares_reference", lambda *args: False)
+    apart = metrics(tmp_path / "apart")
+    assert shared[0]["kl"] == pytest.approx(0.0, abs=1e-6) and shared[1]["kl"] > 1e-6  # the policy moved
+    for a, b in zip(shared, apart, strict=True):
+        for key in ("kl", "value_loss", "loss", "samples"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-7), key
+        assert a["credit_s"] > 0 and a["prepare_s"] >= 0
+
+
 def test_the_eval_before_training_carries_the_decision_diagnostics(tmp_path):
     """A bandit training run measures coverage and regret before training as well as after."""
     result = train_llm(compose_config([*RUN, "algo.iterations=1", "algo.eval_before=true"]), tmp_path)

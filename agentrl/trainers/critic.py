@@ -8,6 +8,11 @@ V[t][j], the value before token j of step t's action, is read at the position th
 The trunk is frozen, so each row's hidden states are computed once per iteration (`features`) and the
 head trains on them for every PPO epoch; only the head's ~1.1M parameters (at hidden 576) learn.
 
+With a KL term under full fine-tuning (RLFT's GAE: beta > 0), TRL's reference model is also a frozen
+model of the initial weights. The critic then takes it as its trunk (`use_reference`): one frozen copy
+instead of two, and the reference log-probs of the completion tokens come from the same forward (the LM
+head on the hidden states already computed), so the update runs no reference forward of its own.
+
     value loss = value_coef * mean_tokens max((R - V)^2, (R - V_clip)^2) / 2,
     V_clip = V_old + clamp(V - V_old, -clip, clip)                     (PPO's clipped value loss)
 """
@@ -25,6 +30,7 @@ from torch import nn
 
 from agentrl.agents.kvcache import cache_kwarg, prefill_shared
 from agentrl.syncforward import synced_forwards
+from agentrl.trainers.logps import completion_logps
 from agentrl.types import Episode, StepSample
 
 VALUE_HEAD_FILE = "value_head.pt"
@@ -67,21 +73,49 @@ class Critic:
     """The value function: `ValueHead` over the frozen trunk's last hidden states.
 
     `model` is the policy being trained. Under LoRA (a PEFT model) the trunk is the same model with its
-    adapter disabled; otherwise a frozen copy of `model` is taken now, before any update."""
+    adapter disabled; otherwise a frozen copy of `model` is taken now, before any update, unless
+    `reference_trunk`: then the trunk is the trainer's reference model, handed over by `use_reference`
+    once the trainer has built it (a copy taken after TRL patched the policy's forward would call the
+    policy's own weights). `seed` draws the value head's initial weights."""
 
-    def __init__(self, model: Any, device: Any = None):
+    def __init__(
+        self, model: Any, device: Any = None, reference_trunk: bool = False, seed: int | None = None
+    ):
         self.lora = hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+        self.trunk: Any = None
         if self.lora:
             self.trunk = model
-        else:
+        elif not reference_trunk:
             self.trunk = copy.deepcopy(model).eval()
             for param in self.trunk.parameters():
                 param.requires_grad_(False)
         hidden = _hidden_size(model)
         device = device if device is not None else next(model.parameters()).device
-        self.head = ValueHead(hidden).to(device)
+        # the head's initial weights come from `seed` (the run's), not from whatever the global generator
+        # holds by now: the same seed gives the same run
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.head = ValueHead(hidden).to(device)
         self.device = device
         self._features: dict[tuple[int, int], torch.Tensor] = {}
+        # with the reference model as trunk: the temperature its log-probs are taken at, and the
+        # iteration's log-probs per (episode, step)
+        self.reference_temperature: float | None = None
+        self._reference: dict[tuple[int, int], torch.Tensor] = {}
+
+    def use_reference(self, reference: Any, temperature: float) -> None:
+        """Take `reference` (a frozen model of the initial weights: TRL's reference policy) as the trunk;
+        `evaluate` then also scores each row's completion under it, at `temperature` (`reference_logps`)."""
+        if self.lora or self.trunk is not None:
+            raise RuntimeError("the critic already has its trunk")
+        self.trunk = reference.eval()
+        self.reference_temperature = float(temperature)
+
+    @property
+    def scores_reference(self) -> bool:
+        """Whether `evaluate` gives the reference log-probs too (the trunk is the reference model)."""
+        return self.reference_temperature is not None
 
     # -- hidden states --------------------------------------------------------------------------------
     def _trunk_context(self) -> Any:
@@ -99,6 +133,8 @@ class Critic:
         completion's tokens: (max(L, 1), hidden), where an empty completion gets the state's position (the
         prompt's last token). Per chunk of `rows`, each distinct prompt runs once (their common head once
         more, agents/kvcache.py) and only the completions run per row; the values equal a plain forward."""
+        if self.trunk is None:
+            raise RuntimeError("the critic has no trunk: use_reference was not called")
         out: list[torch.Tensor] = []
         # the dummies of synced_forwards run while the adapter is still off: the same modules on every process
         with self._trunk_context(), synced_forwards(self.trunk):
@@ -161,8 +197,40 @@ class Critic:
                 completions.append(step.completion_ids)
         features = self.features(prompts, completions, pad_id) if keys else []
         self._features = dict(zip(keys, features, strict=True))
+        if self.scores_reference:
+            self._reference = dict(zip(keys, self._completion_logps(features, completions), strict=True))
         flat = iter(self.values(features))
         return [[next(flat) for _ in episode.steps] for episode in episodes]
+
+    @torch.no_grad()
+    def _completion_logps(
+        self, features: Sequence[torch.Tensor], completions: Sequence[Sequence[int]]
+    ) -> list[torch.Tensor]:
+        """Each completion's token log-probs under the trunk: its LM head on the hidden states that predict
+        the tokens (the last layer's, after the final norm: what the model's own logits are made from)."""
+        lm_head = self.trunk.get_output_embeddings()
+        dtype = lm_head.weight.dtype
+        out = []
+        for f, completion in zip(features, completions, strict=True):
+            n = len(completion)
+            if n == 0:
+                out.append(f.new_zeros(0))
+                continue
+            targets = torch.tensor(completion, device=f.device)
+            logits = lm_head(f[:n].to(dtype))
+            out.append(completion_logps(logits, targets, self.reference_temperature or 1.0, False)[0])
+        return out
+
+    def reference_logps(self, samples: Sequence[StepSample], width: int) -> torch.Tensor:
+        """(B, width) reference log-probs of the rows' completion tokens, from this iteration's `evaluate`
+        (zeros past each completion and for placeholder rows)."""
+        out = torch.zeros((len(samples), width), device=self.device)
+        for row, s in enumerate(samples):
+            logps = self._reference.get((s.episode_index, s.step_index))
+            if logps is not None:
+                n = min(logps.numel(), width)
+                out[row, :n] = logps[:n]
+        return out
 
     def batch_features(self, samples: Sequence[StepSample], width: int) -> torch.Tensor:
         """(B, width, hidden) hidden states of the rows' completion positions (zeros for placeholder rows)."""
@@ -196,10 +264,28 @@ def pad_features(features: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
+def plain_lm_head(model: Any) -> bool:
+    """Whether `model`'s logits are its LM head on the last hidden state, nothing more (no soft-capping or
+    scaling, which some architectures apply after the head): then `Critic` can score the reference
+    log-probs from the hidden states it already has."""
+    config = model.config
+    text = getattr(config, "get_text_config", lambda: config)()
+    scalers = (
+        "final_logit_softcapping",
+        "logit_scale",
+        "output_multiplier",
+        "lm_head_multiplier",
+        "logits_scaling",
+    )
+    return model.get_output_embeddings() is not None and all(
+        getattr(text, k, None) in (None, 1.0) for k in scalers
+    )
+
+
 def _hidden_size(model: Any) -> int:
     config = model.config
     text = getattr(config, "get_text_config", lambda: config)()
     return int(text.hidden_size)
 
 
-__all__ = ["VALUE_HEAD_FILE", "Critic", "ValueHead", "clipped_value_loss", "pad_features"]
+__all__ = ["VALUE_HEAD_FILE", "Critic", "ValueHead", "clipped_value_loss", "pad_features", "plain_lm_head"]

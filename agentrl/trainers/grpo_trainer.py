@@ -240,9 +240,12 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
         # the no-grad forwards below (old, reference and candidate log-probs) depend on the rows: under a
         # sharded engine every process runs as many (synced_forwards; nothing to do otherwise)
         references = [self.ref_model] if self.ref_model is not None else []
+        start = time.perf_counter()
         with synced_forwards(self.model, *references):
             batches = self._pack_micro_batches(samples, parts, total_tokens, action_level)
         self._update_start = time.perf_counter()
+        # the no-grad forwards the rows carry into the loss (reference and old log-probs)
+        metrics["prepare_s"] = self._update_start - start
         return batches
 
     def _pack_micro_batches(
@@ -263,7 +266,7 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
             if self.rollout_backend is not None and not action_level:
                 self._add_importance_ratio(batch, rows)
             if self.beta != 0.0:
-                batch["ref_per_token_logps"] = self._reference_logps(batch)
+                batch["ref_per_token_logps"] = self._reference_logps(batch, rows)
             if self.ppo_epochs > 1 and "old_per_token_logps" not in batch:
                 batch["old_per_token_logps"] = self._rollout_logps(batch)
             if self.actor_critic is not None:

@@ -82,7 +82,9 @@ SUM_METRICS = frozenset(
         "update_tokens_per_s",
     }
 )
-MAX_METRICS = frozenset({"rollout_rounds", "rollout_s", "update_s", "iteration_s", "update_skipped"})
+MAX_METRICS = frozenset(
+    {"rollout_rounds", "rollout_s", "credit_s", "prepare_s", "update_s", "iteration_s", "update_skipped"}
+)
 
 
 def merge_process_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -166,6 +168,7 @@ class Collector:
         self, iteration: int, episodes: list[Episode], rounds: int, rollout_s: float
     ) -> tuple[list[StepSample], dict[str, float]]:
         """The algorithm's rows with advantages, and the iteration's rollout metrics."""
+        start = time.perf_counter()
         rng = np.random.default_rng([self.seed, iteration, 7])
         if self.critic is not None:
             values = self.critic.evaluate(episodes, self.pad_id)
@@ -179,6 +182,7 @@ class Collector:
             rollout_rounds=rounds,
             episodes_kept=len(credit.kept),
             rollout_s=rollout_s,
+            credit_s=time.perf_counter() - start,  # with a critic: its trunk's forward over every row
             rollout_tokens_per_s=(generated + prompts) / max(rollout_s, 1e-9),
             generated_tokens=generated,
             **credit.stats,

@@ -53,7 +53,7 @@ from agentrl.trainers.callbacks import (
     TimeLimit,
 )
 from agentrl.trainers.checkpoints import trainer_step
-from agentrl.trainers.critic import Critic
+from agentrl.trainers.critic import Critic, plain_lm_head
 from agentrl.trainers.grpo_trainer import MultiStepTrainer, _unused_reward
 from agentrl.trainers.iteration import Collector
 from agentrl.trainers.rollout_backends import copy_rollouts, vllm_rollouts
@@ -85,7 +85,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     checkpoint = _checkpoint_to_resume(run_dir, resume)
 
     loaded = _load_policy(cfg, algo, run_dir)
-    critic = _build_critic(spec, algo, loaded, checkpoint)
+    critic = _build_critic(spec, algo, loaded, checkpoint, int(cfg.seed))
     policy, train_agent, eval_agent = _build_agents(cfg, spec, algo, loaded)
     evals = Evaluations.for_run(cfg, eval_agent, loaded.model, run_dir)
     train_env, reset_options = _train_env(cfg, algo)
@@ -104,6 +104,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
         world=dist.world_size(),
     )
     trainer = _build_trainer(algo, loaded, collector, critic)
+    _share_reference(trainer, critic)
     collector.agent = _rollout_agent(trainer, train_agent, algo, loaded)
     collector.backend = trainer.rollout_backend
 
@@ -168,19 +169,50 @@ def _load_policy(cfg: DictConfig, algo: Any, run_dir: Path) -> LoadedPolicy:
     return LoadedPolicy(model, tokenizer, args, dtype, model_cfg)
 
 
-def _build_critic(spec: Any, algo: Any, loaded: LoadedPolicy, checkpoint: Path | None) -> Critic | None:
+def _build_critic(
+    spec: Any, algo: Any, loaded: LoadedPolicy, checkpoint: Path | None, seed: int
+) -> Critic | None:
     """The critic, when the algorithm has one (RLFT only for its GAE advantage: algo.advantage=gae)."""
     if not (spec.critic or getattr(algo, "advantage", "") == "gae"):
         return None
-    # the critic's trunk is the initial policy: taken now, before any update (or a resume's weights);
-    # the value head on this process's device: under ZeRO-3/FSDP the model is not placed there until the
-    # Trainer prepares it
-    critic = Critic(loaded.model, device=loaded.args.device)
+    # the critic's trunk is the initial policy: a frozen copy taken now, before any update (a resume loads
+    # its weights later), or TRL's reference model of the same weights (`_share_reference`); the value head
+    # on this process's device: under ZeRO-3/FSDP the model is not placed there until the Trainer prepares it
+    critic = Critic(
+        loaded.model, device=loaded.args.device, reference_trunk=_shares_reference(algo, loaded), seed=seed
+    )
     if checkpoint is not None and not critic.load(checkpoint):
         log.warning("%s has no value head: the critic starts untrained", checkpoint.name)
     dist.broadcast_parameters(critic.head)  # outside DDP: every process starts from process 0's head
     log.info("Critic: value head on the frozen %s", "LoRA base" if critic.lora else "initial weights")
     return critic
+
+
+def _shares_reference(algo: Any, loaded: LoadedPolicy) -> bool:
+    """Whether the critic's trunk is TRL's reference model (`Critic.use_reference`): both are frozen models
+    of the initial weights when there is a KL term under full fine-tuning. Kept apart where the reference
+    differs or cannot serve: another dtype (`algo.ref_dtype`), logits that are not the plain LM head on
+    the hidden state, LoRA (the trunk is the policy with its adapter off), several processes (a sharded or
+    wrapped reference runs collectives)."""
+    return (
+        float(getattr(algo, "beta", 0.0)) != 0.0
+        and not getattr(algo, "ref_dtype", None)
+        and not hasattr(loaded.model, "peft_config")
+        and plain_lm_head(loaded.model)
+        and dist.world_size() == 1
+    )
+
+
+def _share_reference(trainer: MultiStepTrainer, critic: Critic | None) -> None:
+    """Hand TRL's reference model to a critic built to take it as its trunk."""
+    if critic is None or critic.trunk is not None:
+        return
+    if trainer.ref_model is None:
+        raise RuntimeError("the critic waits for the reference model as its trunk, and TRL built none")
+    critic.use_reference(trainer.ref_model, trainer.temperature)
+    log.info(
+        "Critic: its trunk is the reference model (one frozen copy; reference log-probs from its forward)"
+    )
 
 
 def _build_agents(cfg: DictConfig, spec: Any, algo: Any, loaded: LoadedPolicy) -> tuple[Any, Any, Any]:

@@ -30,6 +30,7 @@ class TrainerLogps:
     rollout_top_k: int
     rollout_top_p: float
     ppo_epochs: int
+    actor_critic: Any
     _train_logps: torch.Tensor | None
 
     def _add_importance_ratio(self, batch: dict[str, Any], rows: list[StepSample]) -> None:
@@ -91,11 +92,15 @@ class TrainerLogps:
             width += batch["prompt_ids"].size(1)
         return max(1, self.max_batch_tokens // max(width, 1))
 
-    def _reference_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _reference_logps(self, batch: dict[str, torch.Tensor], rows: list[StepSample]) -> torch.Tensor:
         """Log-probs of the rows' completion tokens under the reference policy (for the KL term): TRL's
-        frozen copy under full fine-tuning, the base with the adapter disabled under LoRA."""
+        frozen copy under full fine-tuning, the base with the adapter disabled under LoRA. A critic whose
+        trunk is that frozen copy scored them already, in the forward that gave its values."""
         from trl.trainer.utils import use_adapter
 
+        critic = self.actor_critic.critic if self.actor_critic is not None else None
+        if critic is not None and critic.scores_reference:
+            return critic.reference_logps(rows, batch["completion_ids"].size(1))
         ids, mask, width = self._sequences(batch)
         rows = self._rows_per_pass(batch)
         with torch.no_grad():
