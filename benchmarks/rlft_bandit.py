@@ -15,6 +15,9 @@ Runs, one after another, each through the runner itself (`python -m agentrl.cli`
 5. `train experiment=rlft_bandit_warmup algo.demonstrations=planner` (`bc_ucb/`): behaviour cloning on
    UCB1's presses, the RLFT paper's baseline, at the warm-up's budget.
 
+With `--state-facts` the demonstrations of 3 and 5 state the buttons not pressed yet and the best average
+so far in their rationale, before the choice (`algo.state_facts=true`).
+
 The targets compare the trained row with the base model's and with the warm-up's: coverage up by >= 0.1
 (and by more than the stderr of the difference), regret down by more than that stderr, and neither counts
 while more than 5% of the trained model's answers are invalid (each presses a random button, which raises
@@ -495,6 +498,12 @@ def runner_parser(
 
 def main(argv: list[str] | None = None) -> int:
     parser = runner_parser(__doc__, "rlft_bandit", STEPS, EXTRA_STEPS, "eval episodes per agent")
+    parser.add_argument(
+        "--state-facts",
+        action="store_true",
+        help="the warm-up's and BC's rationales state the untried buttons and the best average before the "
+        "choice (algo.state_facts=true)",
+    )
     args, extra = parser.parse_known_args(argv)
     try:
         if args.summarize:
@@ -520,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
                         "train",
                         f"experiment={WARMUP}",
                         f"algo.demonstrations={demos}",
+                        *(["algo.state_facts=true"] if args.state_facts else []),
                         *common,
                         f"algo.torch_threads={args.threads}",
                         "algo.eval_before=false",  # the base model's row is base/

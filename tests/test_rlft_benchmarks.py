@@ -344,3 +344,31 @@ def test_tictactoe_trained_against_a_weaker_mcts(tmp_path: Path, monkeypatch) ->
     assert (
         "| RLFT-trained vs MCTS-10 | mcts | 50 |" in md and "| RLFT-trained vs MCTS-10 | random | 50 |" in md
     )
+
+
+def test_bandit_state_facts_reach_the_demonstrations_only(tmp_path: Path, monkeypatch) -> None:
+    calls: dict[str, list[str]] = {}
+
+    def fake_run_step(name: str, args: list[str], out: Path, threads: int) -> Path:
+        calls[name] = args
+        (out / name).mkdir(parents=True)
+        return out / name
+
+    monkeypatch.setattr(rlft_bandit, "run_step", fake_run_step)
+    monkeypatch.setattr(rlft_bandit, "summarize", lambda *args: None)
+    argv = [
+        "--out",
+        str(tmp_path),
+        "--state-facts",
+        "env.view=summary",
+        "--steps",
+        "warmup",
+        "bc_ucb",
+        "train",
+    ]
+    assert rlft_bandit.main(argv) == 0
+    assert "algo.state_facts=true" in calls["warmup"] and "algo.state_facts=true" in calls["bc_ucb"]
+    assert "algo.state_facts=true" not in calls["train"] and "env.view=summary" in calls["train"]
+    calls.clear()
+    assert rlft_bandit.main(["--out", str(tmp_path / "plain"), "--steps", "warmup"]) == 0
+    assert not any("state_facts" in a for a in calls["warmup"])

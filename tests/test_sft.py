@@ -86,6 +86,45 @@ def test_demonstrations_play_the_env_through_the_agents_prompt_and_parser(tiny, 
         assert all(e.success for e in episodes)
 
 
+def test_state_facts_put_the_untried_buttons_in_the_rationale_before_the_choice(tiny):
+    """algo.state_facts: each bandit demonstration's rationale names the buttons not pressed yet (and the
+    best average once one was pressed), then the choice; the answer still parses to the pressed button."""
+    from agentrl.agents.llm import build_llm_agent
+
+    model, tokenizer = tiny
+    overrides = ["task=train", "model=tiny-random", "algo=sft", "env=bandit", "env.arms=3", "env.horizon=4"]
+    overrides += ["agent.cot=true", "agent.prefill=''", "algo.demonstrations=planner", "algo.episodes=1"]
+    cfg = compose_config([*overrides, "algo.state_facts=true"])
+    agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
+    (episode,) = demonstrations(cfg, agent.interface, tokenizer)
+    texts = [s.generation.completion_text for s in episode.steps]
+    names = [s.action_name for s in episode.steps]
+    # UCB1 presses each of the 3 buttons once first: the untried list shrinks as it goes
+    assert len(set(names[:3])) == 3
+    untried = texts[0].split("Not pressed yet: ")[1].split(".")[0]
+    assert sorted(untried.split(", ")) == sorted(names[:3]) and "Best average" not in texts[0]
+    assert f"Not pressed yet: {names[2]}. Best average so far:" in texts[2]
+    assert "Every button has been pressed. Best average so far:" in texts[3]
+    for text, name in zip(texts, names, strict=True):
+        assert text.index("Not pressed" if "Not" in text else "Every") < text.index(f"I choose {name}.")
+        assert agent.interface.parse_answer(text, sorted(set(names))) == (name, False)
+    plain = demonstrations(compose_config(overrides), agent.interface, tokenizer)[0]
+    assert all("pressed" not in s.generation.completion_text for s in plain.steps)  # the default template
+
+
+def test_bandit_facts_name_the_untried_buttons_and_the_best_average():
+    from agentrl.envs.bandit import BanditEnv
+
+    env = BanditEnv(arms=3, horizon=5)
+    env.reset(seed=0)
+    a, b, c = env.action_names
+    assert env.facts() == f"Not pressed yet: {a}, {b}, {c}."
+    env.counts, env.sums = [2, 0, 1], [0.0, 0.0, 1.0]
+    assert env.facts() == f"Not pressed yet: {b}. Best average so far: {c}."
+    env.counts, env.sums = [2, 1, 1], [2.0, 0.0, 1.0]
+    assert env.facts() == f"Every button has been pressed. Best average so far: {a}."
+
+
 @pytest.fixture(scope="module")
 def tiny():
     from agentrl.models import load_model

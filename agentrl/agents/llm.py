@@ -307,16 +307,20 @@ def build_llm_agent(cfg: Any, **kwargs: Any) -> LLMAgent:
     return LLMAgent(interface, backend, sampling, decision=decision, score_normalization=normalization)
 
 
-def demonstration_answer(interface: TextInterface, action: str, valid_actions: list[str]) -> str:
+def demonstration_answer(
+    interface: TextInterface, action: str, valid_actions: list[str], facts: str | None = None
+) -> str:
     """The completion (the text after the prefill) a demonstration writes for `action`: exactly the format
     the strict parser reads. `<tag>NAME</tag>`; with `cot` a short templated rationale first (the
-    options and the choice); after a prefill, the rest of that answer, or, for a prefill that is not the
-    start of it ("Move:", "I move"), the action name after a space (the one-token answers)."""
+    options, the state's `facts` when given, and the choice); after a prefill, the rest of that answer,
+    or, for a prefill that is not the start of it ("Move:", "I move"), the action name after a space (the
+    one-token answers)."""
     tag = interface.answer_tag
     answer = f"<{tag}>{action}</{tag}>"
     if interface.cot:
         options = ", ".join(valid_actions)
-        answer = f"<think>The valid actions are {options}. I choose {action}.</think>\n{answer}"
+        reason = f" {facts}" if facts else ""
+        answer = f"<think>The valid actions are {options}.{reason} I choose {action}.</think>\n{answer}"
     prefill = interface.prefill
     if answer.startswith(prefill):
         return answer[len(prefill) :]

@@ -1043,6 +1043,12 @@ class SFTConfig(Schema):
     episodes: int = setting(
         64, "demonstration episodes, on training seeds (never the held-out eval seeds)", ge=1
     )
+    state_facts: bool = setting(
+        False,
+        "with agent.cot=true the templated rationale also states what the state shows that bears on the "
+        "choice, before it (a bandit: the buttons not pressed yet, the best average so far); envs that "
+        "state no facts keep the plain template",
+    )
     epochs: float = setting(3.0, "passes over the demonstrations", gt=0)
     max_updates: int | None = setting(None, "optimizer steps at most (null: epochs decide)", ge=1)
     batch_size: int = setting(8, "demonstration steps per micro-batch", ge=1)

@@ -205,6 +205,17 @@ class BanditEnv(TextEnv):
             f"Your action is the label of one button: {names}."
         )
 
+    def facts(self) -> str:
+        untried = [name for name, count in zip(self.action_names, self.counts, strict=True) if not count]
+        text = f"Not pressed yet: {', '.join(untried)}." if untried else "Every button has been pressed."
+        if len(untried) < self.arms:
+            means = [
+                total / count if count else -np.inf
+                for total, count in zip(self.sums, self.counts, strict=True)
+            ]
+            text += f" Best average so far: {self.action_names[int(np.argmax(means))]}."
+        return text
+
     def render_text(self) -> str:
         lines = [
             f"Round {min(self.t + 1, self.horizon)} of {self.horizon}. Buttons: {', '.join(self.action_names)}."

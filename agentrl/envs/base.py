@@ -69,6 +69,12 @@ class TextEnv(gym.Env):
     def valid_actions(self) -> list[str]:
         return list(self.action_names)
 
+    def facts(self) -> str | None:
+        """What the current state shows that bears on the next decision, in a sentence or two (a bandit:
+        the buttons not pressed yet), for demonstrations that state their reason (`algo.state_facts`);
+        None where the env states none."""
+        return None
+
     def default_action(self) -> int:
         """The action executed when an agent's answer cannot be parsed (`penalty_default` rule)."""
         return self.action_index(self.valid_actions()[0])

@@ -73,8 +73,9 @@ class Demonstrator(Agent):
 
     name = "demonstrator"
 
-    def __init__(self, teacher: Agent, interface: Any, tokenizer: Any):
+    def __init__(self, teacher: Agent, interface: Any, tokenizer: Any, state_facts: bool = False):
         self.teacher, self.interface, self.tokenizer = teacher, interface, tokenizer
+        self.state_facts = state_facts
         self._tag_end = f"</{interface.answer_tag}>"
         self._end = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
 
@@ -86,7 +87,8 @@ class Demonstrator(Agent):
             valid = ctx.info.get("valid_actions") or ctx.env.valid_actions()
             action = ctx.env.action_names[decision.action]
             prompt = self.interface.render(self.interface.messages(ctx), self.tokenizer)
-            answer = demonstration_answer(self.interface, action, list(valid))
+            facts = ctx.env.facts() if self.state_facts else None
+            answer = demonstration_answer(self.interface, action, list(valid), facts)
             ids = self._ids(answer)
             decision.generation = Generation(prompt, answer, self._ids(prompt), ids + self._turn_end(answer))
         return decisions
@@ -114,7 +116,7 @@ def demonstrations(cfg: DictConfig, interface: Any, tokenizer: Any) -> list[Epis
     from agentrl.rollout import rollout
 
     seeds = demonstration_seeds(cfg, int(cfg.algo.episodes))
-    agent = Demonstrator(teacher(cfg), interface, tokenizer)
+    agent = Demonstrator(teacher(cfg), interface, tokenizer, state_facts=bool(cfg.algo.state_facts))
     return rollout(env_factory(cfg.env), agent, seeds, list(range(len(seeds))), agent_seed=int(cfg.seed))
 
 
