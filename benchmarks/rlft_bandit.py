@@ -253,6 +253,36 @@ def training_info(run: Path) -> dict[str, Any]:
     return info
 
 
+def provenance(run: Path) -> dict[str, str]:
+    """How a row's run was made, from its saved Hydra files: the command (`agentrl <task> <overrides>`,
+    without the run directory) and the answer parsing its LLM agent used (strict, or lenient where
+    `agent.lenient=true`; `-` for a classic agent). Empty for a run without them."""
+    import yaml
+
+    overrides_file, config_file = run / ".hydra" / "overrides.yaml", run / ".hydra" / "config.yaml"
+    if not overrides_file.is_file() or not config_file.is_file():
+        return {}
+    overrides = [str(o) for o in yaml.safe_load(overrides_file.read_text()) or []]
+    task = next((o.split("=", 1)[1] for o in overrides if o.startswith("task=")), "?")
+    rest = [o for o in overrides if not o.startswith(("task=", "hydra."))]
+    agent = (yaml.safe_load(config_file.read_text()) or {}).get("agent") or {}
+    llm = agent.get("name", "llm") == "llm"
+    parsing = ("lenient" if agent.get("lenient") else "strict") if llm else "-"
+    return {"command": " ".join(["agentrl", task, *rest]), "parsing": parsing}
+
+
+def provenance_lines(runs: dict[str, dict[str, Any]], labels: dict[str, str]) -> list[str]:
+    """The markdown lines that say how each row was made (rows without saved Hydra files are left out)."""
+    made = [(labels.get(name, name), r["made_by"]) for name, r in runs.items() if r.get("made_by")]
+    if not made:
+        return []
+    lines = ["", "How each row was made (answer parsing; the command, run directory left out):", ""]
+    how = {"strict": "strict parsing", "lenient": "lenient parsing", "-": "a classic agent: no parsing"}
+    return lines + [
+        f"- {label} ({how.get(m['parsing'], m['parsing'])}): `{m['command']}`" for label, m in made
+    ]
+
+
 def row_of(data: dict[str, Any]) -> dict[str, Any]:
     d = data["diagnostics"]
     kd = d.get("knowing_doing") or {}
@@ -316,7 +346,7 @@ def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
             f"the evals differ in seed or episode count (not the same held-out episodes): "
             f"seeds {seeds}, episodes {episodes}"
         )
-    rows = {name: row_of(e) for name, e in evals.items()}
+    rows = {name: {**row_of(e), "made_by": provenance(paths[name].parent)} for name, e in evals.items()}
     summary: dict[str, Any] = {"preset": PRESET, "out": display_path(out), "agents": rows, "missing": missing}
     if (out / "train").is_dir():
         summary["training"] = training_info(out / "train")
@@ -409,6 +439,7 @@ def markdown(summary: dict[str, Any], evals: dict[str, dict[str, Any]]) -> str:
                 f"| {key.replace('_', ' ')} | {fmt(t['before'])} | {fmt(t['after'])} |"
                 f" {t['change']:+.3f} ± {t['stderr_of_change']:.3f} | {met} |"
             )
+    lines += provenance_lines(rows, AGENTS)
     if summary.get("missing"):
         lines += ["", f"Missing runs: {', '.join(summary['missing'])}."]
     return "\n".join(lines) + "\n"

@@ -63,6 +63,8 @@ from rlft_bandit import (  # noqa: E402 - the shared runner helpers
     display_path,
     fmt,
     preset_env_overrides,
+    provenance,
+    provenance_lines,
     run_step,
     runner_parser,
     share,
@@ -283,7 +285,13 @@ def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
     if len(seeds) > 1 or len(counts) > 1:
         raise BenchmarkError(f"the evals differ in seed ({seeds}) or episode count ({counts})")
     rows = {
-        name: {**row_of(e), "model": runs[name][0], "opponent": runs[name][1]} for name, e in evals.items()
+        name: {
+            **row_of(e),
+            "model": runs[name][0],
+            "opponent": runs[name][1],
+            "made_by": provenance(run_eval_path(out, name).parent),
+        }
+        for name, e in evals.items()
     }
     summary: dict[str, Any] = {
         "preset": PRESET,
@@ -374,6 +382,8 @@ def markdown(summary: dict[str, Any]) -> str:
                 f"| {key.replace('_', ' ')} | {fmt(t['before'], 2)} | {fmt(t['after'], 2)} |"
                 f" {t['change']:+.2f} ± {t['stderr_of_change']:.2f} | {'yes' if t['met'] else 'no'} |"
             )
+    labels = {name: f"{r['model']}, opponent {r['opponent']}" for name, r in rows.items()}
+    lines += provenance_lines(rows, labels)
     if summary.get("missing"):
         lines += ["", f"Missing runs: {', '.join(summary['missing'])}."]
     return "\n".join(lines) + "\n"

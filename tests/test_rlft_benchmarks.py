@@ -7,6 +7,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -372,3 +373,32 @@ def test_bandit_state_facts_reach_the_demonstrations_only(tmp_path: Path, monkey
     calls.clear()
     assert rlft_bandit.main(["--out", str(tmp_path / "plain"), "--steps", "warmup"]) == 0
     assert not any("state_facts" in a for a in calls["warmup"])
+
+
+def test_rows_say_how_they_were_made(tmp_path: Path) -> None:
+    """The summary names each row's command and answer parsing from the run's saved Hydra files."""
+
+    def hydra(run: Path, overrides: list[str], agent: dict[str, Any]) -> None:
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+        (run / ".hydra" / "config.yaml").write_text(json.dumps({"agent": agent}))  # JSON is YAML
+
+    hydra(tmp_path / "a", ["task=eval", "agent=random", "seed=0"], {"name": "random"})
+    hydra(tmp_path / "b", ["task=train", "experiment=rlft_bandit", "agent.lenient=true"], {"lenient": True})
+    hydra(tmp_path / "c", ["task=train", "experiment=rlft_bandit_warmup"], {"name": "llm", "lenient": False})
+    assert rlft_bandit.provenance(tmp_path / "a") == {
+        "command": "agentrl eval agent=random seed=0",
+        "parsing": "-",
+    }
+    assert rlft_bandit.provenance(tmp_path / "b")["parsing"] == "lenient"
+    assert rlft_bandit.provenance(tmp_path / "c") == {
+        "command": "agentrl train experiment=rlft_bandit_warmup",
+        "parsing": "strict",
+    }
+    assert rlft_bandit.provenance(tmp_path / "none") == {}
+    runs = {name: {"made_by": rlft_bandit.provenance(tmp_path / name)} for name in ("a", "c", "none")}
+    lines = rlft_bandit.provenance_lines(runs, {"a": "random", "c": "format warm-up"})
+    assert lines[-2:] == [
+        "- random (a classic agent: no parsing): `agentrl eval agent=random seed=0`",
+        "- format warm-up (strict parsing): `agentrl train experiment=rlft_bandit_warmup`",
+    ]
