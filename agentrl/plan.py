@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 from agentrl import run
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.config.presets import flatten
-from agentrl.run import LLM_ALGOS, Plan, init_plan_line, plays_trained_model, trained_model
+from agentrl.run import LLM_ALGOS, Plan
+from agentrl.trained import init_plan_line, plays_trained_model, trained_model
 
 
 def plan_lines(plan: Plan) -> list[str]:

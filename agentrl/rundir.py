@@ -374,6 +374,14 @@ def override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("~+")
 
 
+def override_value(override: str) -> Any:
+    """The value of one `key=value` override as Hydra parses it (quotes removed); a list for a sweep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides([override])[0]
+    return list(parsed.sweep_string_iterator()) if parsed.is_sweep_override() else parsed.value()
+
+
 def under(key: str, prefixes: tuple[str, ...]) -> bool:
     """`key` is one of `prefixes` or below one (`algo.lr` is under `algo`)."""
     return any(key == p or key.startswith(f"{p}.") for p in prefixes)

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> Path:
     from agentrl.envs import env_factory
     from agentrl.evaluation import eval_seeds, evaluate
     from agentrl.models import load_model, model_config
-    from agentrl.run import with_init_weights
+    from agentrl.trained import with_init_weights
     from agentrl.trainers.dqn import train_dqn
     from agentrl.trainers.multistep import train_llm
 

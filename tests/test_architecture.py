@@ -25,6 +25,7 @@ RANKS = {
     "agentrl.algos": 4,
     "agentrl.trainers": 5,
     "agentrl.report": 5,
+    "agentrl.trained": 5,  # runs as models: from_run (evaluate one) and init_from (train from one)
     "agentrl.run": 6,
     "agentrl.plan": 6,  # the --dry-run summary of a run.dry_run plan
     "agentrl.sweep": 6,  # what `agentrl sweep` decides before and after the multirun

@@ -165,7 +165,7 @@ def test_sft_writes_a_training_run_moves_the_weights_and_lowers_the_answer_loss(
 
 def test_init_from_loads_the_runs_weights_and_is_shown_by_dry_run(sft_run):
     from agentrl.models import load_model
-    from agentrl.run import with_init_weights
+    from agentrl.trained import with_init_weights
 
     overrides = ["task=train", "algo=msgrpo", "model=tiny-random", f"init_from={sft_run}"]
     cfg = compose_config(overrides)
