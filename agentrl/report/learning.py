@@ -50,8 +50,8 @@ from agentrl.report.runs import (
     is_bookkeeping,
     load_run,
     md_table,
-    override_key,
 )
+from agentrl.rundir import override_key
 
 Value = tuple[float, float]  # (value, stderr); nan where unknown
 

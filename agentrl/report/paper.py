@@ -41,8 +41,8 @@ from agentrl.report.runs import (
     find_runs,
     load_run,
     mean_stderr,
-    override_key,
 )
+from agentrl.rundir import override_key
 
 log = logging.getLogger(__name__)
 

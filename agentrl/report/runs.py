@@ -16,7 +16,7 @@ import numpy as np
 import yaml
 
 from agentrl.errors import RunDirError
-from agentrl.rundir import effective_status
+from agentrl.rundir import effective_status, override_key
 
 log = logging.getLogger(__name__)
 
@@ -524,11 +524,6 @@ def _describe(record: RunRecord, cfg: dict[str, Any], overrides: list[str]) -> N
     keyed = [o for o in overrides if override_key(o) not in COLUMN_KEYS]
     record.overrides = [o for o in keyed if not is_bookkeeping(o)]
     record.other_overrides = [o for o in keyed if is_bookkeeping(o)]
-
-
-def override_key(override: str) -> str:
-    """`algo.lr` for `algo.lr=1e-6`, `+algo.lr=1e-6` and `~algo.lr`."""
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def is_bookkeeping(override: str) -> bool:
