@@ -518,6 +518,12 @@ def runner_parser(
         help="only rebuild the summary and plot from an existing output dir",
     )
     parser.add_argument(
+        "--state-facts",
+        action="store_true",
+        help="the demonstrations' rationales state the env's facts before the choice (algo.state_facts=true: "
+        "the bandit's untried buttons and best average, tic-tac-toe's winning and blocking cells)",
+    )
+    parser.add_argument(
         "--steps",
         nargs="+",
         default=list(steps),
@@ -529,12 +535,6 @@ def runner_parser(
 
 def main(argv: list[str] | None = None) -> int:
     parser = runner_parser(__doc__, "rlft_bandit", STEPS, EXTRA_STEPS, "eval episodes per agent")
-    parser.add_argument(
-        "--state-facts",
-        action="store_true",
-        help="the warm-up's and BC's rationales state the untried buttons and the best average before the "
-        "choice (algo.state_facts=true)",
-    )
     args, extra = parser.parse_known_args(argv)
     try:
         if args.summarize:

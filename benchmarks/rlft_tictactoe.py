@@ -490,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
                 [
                     "train",
                     f"experiment={WARMUP}",
+                    *(["algo.state_facts=true"] if args.state_facts else []),
                     *common,
                     f"algo.torch_threads={args.threads}",
                     "algo.eval_before=false",  # the base model's rows are base_*/

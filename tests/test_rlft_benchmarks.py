@@ -402,3 +402,9 @@ def test_rows_say_how_they_were_made(tmp_path: Path) -> None:
         "- random (a classic agent: no parsing): `agentrl eval agent=random seed=0`",
         "- format warm-up (strict parsing): `agentrl train experiment=rlft_bandit_warmup`",
     ]
+
+
+def test_tictactoe_state_facts_reach_the_warmup(tmp_path: Path, monkeypatch) -> None:
+    calls = _fake_ttt_steps(monkeypatch)
+    assert rlft_tictactoe.main(["--out", str(tmp_path), "--state-facts", "--steps", "warmup", "train"]) == 0
+    assert "algo.state_facts=true" in calls["warmup"] and "algo.state_facts=true" not in calls["train"]

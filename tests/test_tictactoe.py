@@ -201,6 +201,15 @@ def test_mcts_takes_wins_and_blocks():
     )
 
 
+def test_facts_name_the_cells_that_win_and_the_cells_that_block():
+    env = _position("X", [0, 1, 4], [3, 6, 8])  # X wins with 3 (top row) or 8 (middle column); O needs 7
+    assert env.facts() == "Winning cells for X: 3, 8. Cells that block O: 8."
+    assert _position("X", [0, 1], [6, 4]).facts() == "Winning cells for X: 3. Cells that block O: 3."
+    assert _position("O", [4], [0, 8]).facts() == "No line can be completed on this move."
+    assert _position("O", [4, 3], [0, 8, 2]).facts() == "Winning cells for O: 6. Cells that block X: 2, 6."
+    assert _position("X", [], []).facts() == "No line can be completed on this move."
+
+
 def test_mcts_opponent_is_stronger_than_random():
     from agentrl.agents.baselines import RandomAgent
     from agentrl.rollout import rollout

@@ -1046,8 +1046,8 @@ class SFTConfig(Schema):
     state_facts: bool = setting(
         False,
         "with agent.cot=true the templated rationale also states what the state shows that bears on the "
-        "choice, before it (a bandit: the buttons not pressed yet, the best average so far); envs that "
-        "state no facts keep the plain template",
+        "choice, before it (a bandit: the buttons not pressed yet, the best average so far; tic-tac-toe: "
+        "the cells that win and those that block); envs that state no facts keep the plain template",
     )
     epochs: float = setting(3.0, "passes over the demonstrations", gt=0)
     max_updates: int | None = setting(None, "optimizer steps at most (null: epochs decide)", ge=1)

@@ -72,6 +72,15 @@ def game_over(board: Board) -> bool:
     return bool(winner(board)) or all(board)
 
 
+def winning_cells(board: Board, mark: str) -> list[int]:
+    """The empty cells where `mark` completes a line on this move."""
+    return [
+        cell
+        for cell in empty_cells(board)
+        if any(cell in line and sum(board[i] == mark for i in line) == 2 for line in LINES)
+    ]
+
+
 # ---- perfect play ------------------------------------------------------------------------------
 @cache
 def _negamax(board: tuple[str, ...], to_move: str) -> int:
@@ -266,6 +275,17 @@ class TicTacToeEnv(TextEnv):
         if self.outcome:
             return []
         return [self.action_names[i] for i in empty_cells(self.board)]
+
+    def facts(self) -> str:
+        """The cells that win now and the cells that block the opponent's win."""
+        names = self.action_names
+        wins = [names[c] for c in winning_cells(self.board, self.agent_mark)]
+        blocks = [names[c] for c in winning_cells(self.board, self.opponent_mark)]
+        if not wins and not blocks:
+            return "No line can be completed on this move."
+        text = [f"Winning cells for {self.agent_mark}: {', '.join(wins)}."] if wins else []
+        text += [f"Cells that block {self.opponent_mark}: {', '.join(blocks)}."] if blocks else []
+        return " ".join(text)
 
     def default_action(self) -> int:
         """The first empty cell (cell 1 once the game is over)."""
