@@ -46,6 +46,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -253,6 +254,15 @@ def training_info(run: Path) -> dict[str, Any]:
     return info
 
 
+def untried_cells(counts: dict[str, int] | None) -> str:
+    """The two markdown cells of `untried_choices` ("-" where a figure has no data)."""
+    if not counts:
+        return "- | -"
+    chosen = f"{counts['untried']}/{counts['chances']}" if counts["chances"] else "-"
+    listed = f"{counts['listed_exact']}/{counts['listed']}" if counts["listed"] else "-"
+    return f"{chosen} | {listed}"
+
+
 def provenance(run: Path) -> dict[str, str]:
     """How a row's run was made, from its saved Hydra files: the command (`agentrl <task> <overrides>`,
     without the run directory) and the answer parsing its LLM agent used (strict, or lenient where
@@ -281,6 +291,35 @@ def provenance_lines(runs: dict[str, dict[str, Any]], labels: dict[str, str]) ->
     return lines + [
         f"- {label} ({how.get(m['parsing'], m['parsing'])}): `{m['command']}`" for label, m in made
     ]
+
+
+def untried_choices(run: Path) -> dict[str, int] | None:
+    """From a run's transcripts.jsonl: the valid answers after each episode's first press that had a button
+    not pressed before left (`chances`), how many pressed one (`untried`), and for answers whose rationale
+    lists "Not pressed yet: ..." (algo.state_facts demonstrations teach it), how many such lists there were
+    (`listed`) and how many named exactly the buttons not pressed before (`listed_exact`). Every press
+    counts as pressed, an invalid answer's random one included. None without transcripts."""
+    path = run / "transcripts.jsonl"
+    if not path.is_file():
+        return None
+    out = {"chances": 0, "untried": 0, "listed": 0, "listed_exact": 0}
+    pressed: dict[Any, set[str]] = {}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        buttons = re.search(r"Buttons: ([^.\n]*)\.", r.get("prompt", ""))
+        before = pressed.setdefault(r["episode"], set())
+        untried = {b.strip() for b in buttons.group(1).split(",")} - before if buttons else set()
+        listed = re.search(r"Not pressed yet: ([^.<]*)\.", r.get("completion") or "")
+        if listed:
+            out["listed"] += 1
+            out["listed_exact"] += {x.strip() for x in listed.group(1).split(",")} == untried
+        if r["step"] > 0 and untried and r.get("valid"):
+            out["chances"] += 1
+            out["untried"] += r["action"] in untried
+        before.add(r["action"])
+    return out
 
 
 def row_of(data: dict[str, Any]) -> dict[str, Any]:
@@ -346,7 +385,14 @@ def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
             f"the evals differ in seed or episode count (not the same held-out episodes): "
             f"seeds {seeds}, episodes {episodes}"
         )
-    rows = {name: {**row_of(e), "made_by": provenance(paths[name].parent)} for name, e in evals.items()}
+    rows = {
+        name: {
+            **row_of(e),
+            "untried_choices": untried_choices(paths[name].parent),
+            "made_by": provenance(paths[name].parent),
+        }
+        for name, e in evals.items()
+    }
     summary: dict[str, Any] = {"preset": PRESET, "out": display_path(out), "agents": rows, "missing": missing}
     if (out / "train").is_dir():
         summary["training"] = training_info(out / "train")
@@ -400,11 +446,14 @@ def markdown(summary: dict[str, Any], evals: dict[str, dict[str, Any]]) -> str:
         f"Same {first['episodes']} held-out episodes (eval seeds of seed={first.get('seed')}) for every agent; "
         "greedy LLM decoding with rationales (`experiment=rlft_bandit`). Coverage: share of the arms pulled "
         "at least once by the end of the episode; regret: cumulative expected regret at the last press "
-        "(agentrl/diagnostics.py). Mean ± stderr over episodes.",
+        "(agentrl/diagnostics.py). Mean ± stderr over episodes. `untried chosen`: of the valid answers after "
+        "an episode's first press with a button not pressed before left, those that pressed one; `untried "
+        "listed exactly`: of the rationales that list `Not pressed yet: ...` (algo.state_facts demonstrations), "
+        "those that name exactly the buttons not pressed before (both from transcripts.jsonl).",
         "",
         "| agent | n | coverage | regret | return | invalid rate | untagged rate | greediness |"
-        " frequency bias (chance) | knowing rate | doing given knowing |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        " frequency bias (chance) | knowing rate | doing given knowing | untried chosen | untried listed exactly |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, label in AGENTS.items():
         if name not in rows:
@@ -415,7 +464,7 @@ def markdown(summary: dict[str, Any], evals: dict[str, dict[str, Any]]) -> str:
             f"| {label} | {r['episodes']} | {fmt(r['coverage'])} | {fmt(r['regret'], 2)} | {fmt(r['return'], 2)} |"
             f" {share(r['invalid_rate'])} | {share(r.get('untagged_rate'))} | {share(r['greediness'])} | {freq} |"
             f" {share(r['knowing_rate'])} |"
-            f" {share(r['doing_given_knowing'])} |"
+            f" {share(r['doing_given_knowing'])} | {untried_cells(r.get('untried_choices'))} |"
         )
     training = summary.get("training")
     if training:

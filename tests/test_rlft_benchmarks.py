@@ -408,3 +408,27 @@ def test_tictactoe_state_facts_reach_the_warmup(tmp_path: Path, monkeypatch) -> 
     calls = _fake_ttt_steps(monkeypatch)
     assert rlft_tictactoe.main(["--out", str(tmp_path), "--state-facts", "--steps", "warmup", "train"]) == 0
     assert "algo.state_facts=true" in calls["warmup"] and "algo.state_facts=true" not in calls["train"]
+
+
+def test_untried_choices_count_presses_of_new_buttons_and_exact_untried_lists(tmp_path: Path) -> None:
+    prompt = "Round 1 of 3. Buttons: red, blue, green.\n"
+    steps = [  # (episode, step, action, valid, completion)
+        (0, 0, "red", True, "<think>Not pressed yet: red, blue, green. I choose red.</think>"),
+        (0, 1, "red", True, "<think>Not pressed yet: blue, green. I choose red.</think>"),  # exact; not new
+        (0, 2, "blue", False, "<think>Not pressed yet: red. I choose x.</think>"),  # invalid: no chance
+        (1, 0, "green", True, "no list"),
+        (1, 1, "blue", True, "<think>Not pressed yet: red, blue. I choose blue.</think>"),  # exact; new
+    ]
+    (tmp_path / "transcripts.jsonl").write_text(
+        "".join(
+            json.dumps({"episode": e, "step": t, "action": a, "valid": v, "prompt": prompt, "completion": c})
+            + "\n"
+            for e, t, a, v, c in steps
+        )
+    )
+    counts = rlft_bandit.untried_choices(tmp_path)
+    assert counts == {"chances": 2, "untried": 1, "listed": 4, "listed_exact": 3}
+    assert rlft_bandit.untried_cells(counts) == "1/2 | 3/4"
+    assert (
+        rlft_bandit.untried_choices(tmp_path / "none") is None and rlft_bandit.untried_cells(None) == "- | -"
+    )
