@@ -502,6 +502,10 @@ ESCAPES = [
 
 
 # ---- the world outside the sandbox ---------------------------------------------------------------------------
+#: how long a net escape's check waits for a listener thread to accept what reached it
+NET_SETTLE_S = 1.0
+
+
 class World:
     """A directory with a canary and a secret, TCP/UDP/abstract-socket listeners, and a victim process,
     all outside the sandbox; `effects()` lists what changed."""
@@ -586,7 +590,13 @@ class World:
         return (st.st_mode, st.st_mtime_ns, st.st_size)
 
     def settle(self, escape: Escape) -> None:
-        """Give a signal sent to the victim, or a lingering process, the time to take effect."""
+        """Give a signal sent to the victim, a lingering process, or a connection still in a listener's
+        backlog (the listeners accept on their own threads, late on a loaded machine) the time to take
+        effect."""
+        if escape.effect == "net":
+            deadline = time.monotonic() + NET_SETTLE_S
+            while not self.connections and time.monotonic() < deadline:
+                time.sleep(0.02)
         if escape.effect == "linger":
             time.sleep(LINGER_S + 0.5)
         if escape.effect == "victim":
