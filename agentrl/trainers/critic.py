@@ -209,7 +209,7 @@ class Critic:
         """Each completion's token log-probs under the trunk: its LM head on the hidden states that predict
         the tokens (the last layer's, after the final norm: what the model's own logits are made from)."""
         lm_head = self.trunk.get_output_embeddings()
-        dtype = lm_head.weight.dtype
+        dtype, temperature = lm_head.weight.dtype, float(self.reference_temperature or 1.0)
         out = []
         for f, completion in zip(features, completions, strict=True):
             n = len(completion)
@@ -218,7 +218,7 @@ class Critic:
                 continue
             targets = torch.tensor(completion, device=f.device)
             logits = lm_head(f[:n].to(dtype))
-            out.append(completion_logps(logits, targets, self.reference_temperature or 1.0, False)[0])
+            out.append(completion_logps(logits, targets, temperature, False)[0])
         return out
 
     def reference_logps(self, samples: Sequence[StepSample], width: int) -> torch.Tensor:
