@@ -573,6 +573,21 @@ def runner_parser(
         "the bandit's untried buttons and best average, tic-tac-toe's winning and blocking cells)",
     )
     parser.add_argument(
+        "--warmup-episodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="demonstration episodes of the warm-up/behaviour-cloning steps (algo.episodes; default: the preset's)",
+    )
+    parser.add_argument(
+        "--warmup-updates",
+        type=int,
+        default=None,
+        metavar="N",
+        help="optimizer steps at most of the warm-up/behaviour-cloning steps (algo.max_updates; default: the "
+        "preset's)",
+    )
+    parser.add_argument(
         "--steps",
         nargs="+",
         default=list(steps),
@@ -580,6 +595,15 @@ def runner_parser(
         help="run only these steps (two invocations on one --out may run different steps)",
     )
     return parser
+
+
+def warmup_overrides(args: argparse.Namespace) -> list[str]:
+    """The overrides that the runner's options give the warm-up (SFT) steps."""
+    return [
+        *(["algo.state_facts=true"] if args.state_facts else []),
+        *([f"algo.episodes={args.warmup_episodes}"] if args.warmup_episodes is not None else []),
+        *([f"algo.max_updates={args.warmup_updates}"] if args.warmup_updates is not None else []),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -609,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
                         "train",
                         f"experiment={WARMUP}",
                         f"algo.demonstrations={demos}",
-                        *(["algo.state_facts=true"] if args.state_facts else []),
+                        *warmup_overrides(args),
                         *common,
                         f"algo.torch_threads={args.threads}",
                         "algo.eval_before=false",  # the base model's row is base/

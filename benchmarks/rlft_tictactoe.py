@@ -70,6 +70,7 @@ from rlft_bandit import (  # noqa: E402 - the shared runner helpers
     share,
     split_overrides,
     training_info,
+    warmup_overrides,
 )
 
 PRESET = "rlft_tictactoe"
@@ -490,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
                 [
                     "train",
                     f"experiment={WARMUP}",
-                    *(["algo.state_facts=true"] if args.state_facts else []),
+                    *warmup_overrides(args),
                     *common,
                     f"algo.torch_threads={args.threads}",
                     "algo.eval_before=false",  # the base model's rows are base_*/

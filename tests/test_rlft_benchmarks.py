@@ -372,7 +372,13 @@ def test_bandit_state_facts_reach_the_demonstrations_only(tmp_path: Path, monkey
     assert "algo.state_facts=true" not in calls["train"] and "env.view=summary" in calls["train"]
     calls.clear()
     assert rlft_bandit.main(["--out", str(tmp_path / "plain"), "--steps", "warmup"]) == 0
-    assert not any("state_facts" in a for a in calls["warmup"])
+    assert not any("state_facts" in a or "algo.episodes" in a or "max_updates" in a for a in calls["warmup"])
+    calls.clear()
+    argv = ["--out", str(tmp_path / "more"), "--warmup-episodes", "48", "--warmup-updates", "120"]
+    assert rlft_bandit.main([*argv, "--steps", "warmup", "bc_ucb", "train"]) == 0
+    for step in ("warmup", "bc_ucb"):
+        assert "algo.episodes=48" in calls[step] and "algo.max_updates=120" in calls[step]
+    assert not any("algo.episodes" in a or "max_updates" in a for a in calls["train"])
 
 
 def test_rows_say_how_they_were_made(tmp_path: Path) -> None:
@@ -408,6 +414,11 @@ def test_tictactoe_state_facts_reach_the_warmup(tmp_path: Path, monkeypatch) -> 
     calls = _fake_ttt_steps(monkeypatch)
     assert rlft_tictactoe.main(["--out", str(tmp_path), "--state-facts", "--steps", "warmup", "train"]) == 0
     assert "algo.state_facts=true" in calls["warmup"] and "algo.state_facts=true" not in calls["train"]
+    calls.clear()
+    argv = ["--out", str(tmp_path / "more"), "--warmup-episodes", "128", "--warmup-updates", "60"]
+    assert rlft_tictactoe.main([*argv, "--steps", "warmup", "train"]) == 0
+    assert "algo.episodes=128" in calls["warmup"] and "algo.max_updates=60" in calls["warmup"]
+    assert not any("algo.episodes" in a or "max_updates" in a for a in calls["train"])
 
 
 def test_untried_choices_count_presses_of_new_buttons_and_exact_untried_lists(tmp_path: Path) -> None:
