@@ -50,10 +50,13 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from agentrl.envs.tictactoe import winning_cells
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rlft_bandit import (  # noqa: E402 - the shared runner helpers
@@ -242,7 +245,48 @@ def rationale_rate(transcripts: Path) -> float | None:
     return sum(judge.has_rationale(str(r.get("completion", ""))) for r in asked) / len(asked)
 
 
-def row_of(data: dict[str, Any]) -> dict[str, Any]:
+#: one row of a board as the observation draws it: " X | 2 | O"
+_BOARD_ROW = re.compile(r"^ ?([XO1-9]) \| ([XO1-9]) \| ([XO1-9])[ \t]*$", re.MULTILINE)
+_STATED_WINS = re.compile(r"Winning cells for [XO]: ([^.<]*)\.")
+_STATED_BLOCKS = re.compile(r"Cells that block [XO]: ([^.<]*)\.")
+_STATED_NONE = "No line can be completed"
+
+
+def fact_use(transcripts: Path) -> dict[str, int] | None:
+    """From an eval's transcripts.jsonl, how the answers use the env's facts (`TextEnv.facts`: the cells
+    that win now and those that block the opponent's win; `algo.state_facts` demonstrations state them):
+    `stated`, the rationales that state them in that form; `exact`, those whose winning and blocking cells
+    are the board's; `chances`, the valid answers on a board with a winning or blocking cell; `taken`, those
+    that played a winning cell, or a blocking one where none wins. The board is the last one drawn in the
+    prompt. None without transcripts."""
+    if not transcripts.is_file():
+        return None
+    out = {"stated": 0, "exact": 0, "chances": 0, "taken": 0}
+    for line in transcripts.read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        prompt, completion = str(r.get("prompt", "")), str(r.get("completion") or "")
+        rows, mark = _BOARD_ROW.findall(prompt)[-3:], re.search(r"You play ([XO])", prompt)
+        if len(rows) != 3 or mark is None:
+            continue
+        board = ["" if c.isdigit() else c for row in rows for c in row]
+        wins = {str(c + 1) for c in winning_cells(board, mark.group(1))}
+        blocks = {str(c + 1) for c in winning_cells(board, "O" if mark.group(1) == "X" else "X")}
+        stated_wins, stated_blocks = _STATED_WINS.search(completion), _STATED_BLOCKS.search(completion)
+        if stated_wins or stated_blocks or _STATED_NONE in completion:
+            out["stated"] += 1
+            cells = [
+                set(re.findall(r"[1-9]", m.group(1))) if m else set() for m in (stated_wins, stated_blocks)
+            ]
+            out["exact"] += cells == [wins, blocks]
+        if (wins or blocks) and r.get("valid"):
+            out["chances"] += 1
+            out["taken"] += str(r.get("action")) in (wins or blocks)
+    return out
+
+
+def row_of(data: dict[str, Any], transcripts: Path | None = None) -> dict[str, Any]:
     return {
         "episodes": data["episodes"],
         "seed": data.get("seed"),
@@ -255,6 +299,7 @@ def row_of(data: dict[str, Any]) -> dict[str, Any]:
         "untagged_rate": data.get("untagged_rate"),
         "rationale_rate": data.get("rationale_rate"),
         **move_figures(data),
+        "facts": fact_use(transcripts) if transcripts is not None else None,
     }
 
 
@@ -287,7 +332,7 @@ def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
         raise BenchmarkError(f"the evals differ in seed ({seeds}) or episode count ({counts})")
     rows = {
         name: {
-            **row_of(e),
+            **row_of(e, run_eval_path(out, name).parent / "transcripts.jsonl"),
             "model": runs[name][0],
             "opponent": runs[name][1],
             "made_by": provenance(run_eval_path(out, name).parent),
@@ -331,6 +376,15 @@ def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
     return summary
 
 
+def fact_cells(facts: dict[str, int] | None) -> str:
+    """The two markdown cells of `fact_use` ("-" where a figure has no data)."""
+    if not facts:
+        return "- | -"
+    right = f"{facts['exact']}/{facts['stated']}" if facts["stated"] else "-"
+    taken = f"{facts['taken']}/{facts['chances']}" if facts["chances"] else "-"
+    return f"{right} | {taken}"
+
+
 def markdown(summary: dict[str, Any]) -> str:
     rows = summary["runs"]
     opponent = summary.get("train_opponent", "random")
@@ -349,18 +403,22 @@ def markdown(summary: dict[str, Any]) -> str:
         "the agent's moves that perfect play would make (an invalid answer counts as none); `knowing`: over "
         "the valid answers with a rationale in positions where some move is not optimal, the share whose "
         "rationale picks an optimal move; `doing given knowing`: of those, the share that then play an optimal "
-        "move (agentrl/diagnostics.py; `-`: no rationales, or an eval without these figures).",
+        "move (agentrl/diagnostics.py; `-`: no rationales, or an eval without these figures). `facts right`: of "
+        "the rationales that state the winning and blocking cells (`algo.state_facts` demonstrations teach "
+        'it: "Winning cells for X: 3. Cells that block O: 7."), those that name exactly the board\'s; `win/block '
+        "taken`: of the valid answers on a board where a cell wins or blocks, those that played a winning cell "
+        "(a blocking one where none wins); both from transcripts.jsonl.",
         "",
         "| model | opponent | n | return | game return | win | draw | loss | invalid rate | untagged rate |"
-        " rationale | optimal moves | knowing | doing given knowing |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        " rationale | optimal moves | knowing | doing given knowing | facts right | win/block taken |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows.values():
         lines.append(
             f"| {r['model']} | {r['opponent']} | {r['episodes']} | {fmt(r['return'], 2)} | {fmt(r['game_return'], 2)} |"
             f" {share(r['win_rate'])} | {share(r['draw_rate'])} | {share(r['loss_rate'])} | {share(r['invalid_rate'])} |"
             f" {share(r.get('untagged_rate'))} | {share(r.get('rationale_rate'))} | {share(r.get('optimal_move_rate'))} |"
-            f" {share(r.get('knowing_rate'))} | {share(r.get('doing_given_knowing'))} |"
+            f" {share(r.get('knowing_rate'))} | {share(r.get('doing_given_knowing'))} | {fact_cells(r.get('facts'))} |"
         )
     training = summary.get("training")
     if training:

@@ -217,8 +217,8 @@ def test_tictactoe_summary_shows_the_move_diagnostics_and_dashes_for_old_evals(t
     assert summary["runs"]["train"]["optimal_move_rate"] is None
     md = (tmp_path / "summary.md").read_text()
     assert "| optimal moves | knowing | doing given knowing |" in md
-    assert "| base model | random | 50 |" in md and "| 0.300 | 0.500 | 0.250 |\n" in md
-    assert "| random agent | random | 50 |" in md and "| 0.350 | - | - |\n" in md
+    assert "| base model | random | 50 |" in md and "| 0.300 | 0.500 | 0.250 | - | - |\n" in md
+    assert "| random agent | random | 50 |" in md and "| 0.350 | - | - | - | - |\n" in md
     assert "| - | - | - |\n" in md.split("| RLFT-trained | random |")[1]
 
 
@@ -443,3 +443,32 @@ def test_untried_choices_count_presses_of_new_buttons_and_exact_untried_lists(tm
     assert (
         rlft_bandit.untried_choices(tmp_path / "none") is None and rlft_bandit.untried_cells(None) == "- | -"
     )
+
+
+def test_fact_use_reads_the_board_of_the_prompt_and_checks_the_stated_cells(tmp_path: Path) -> None:
+    def prompt(rows: list[str]) -> str:
+        board = "\n---+---+---\n".join(f" {a} | {b} | {c}" for a, b, c in rows)
+        return f"<|im_start|>user\nObservation:\n{board}\nYou play X.\nLegal moves: ...<|im_end|>\n"
+
+    threat = prompt(["XX3", "OO6", "789"])  # X wins at 3, O's threat is blocked at 6
+    quiet = prompt(["X23", "4O6", "789"])  # nothing completes a line
+    lines = [  # (prompt, completion, action, valid)
+        (threat, "<think>Winning cells for X: 3. Cells that block O: 6. I choose 3.</think>", "3", True),
+        (threat, "<think>Winning cells for X: 7. I choose 6.</think>", "6", True),
+        (threat, "<think>The valid actions are 3, 6.</think>", "3", False),
+        (quiet, "<think>No line can be completed on this move. I choose 9.</think>", "9", True),
+        (quiet, "<think>Cells that block O: 4. I choose 4.</think>", "4", True),
+    ]
+    path = tmp_path / "transcripts.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"episode": 0, "step": i, "prompt": p, "completion": c, "action": a, "valid": v})
+            + "\n"
+            for i, (p, c, a, v) in enumerate(lines)
+        )
+    )
+    # stated: lines 1, 2, 4, 5; exact: 1 (3 and 6) and 4 (none); chances: the valid answers on the threat
+    # board (1, 2); taken: 1 (the win; 6 only blocks while 3 wins)
+    assert rlft_tictactoe.fact_use(path) == {"stated": 4, "exact": 2, "chances": 2, "taken": 1}
+    assert rlft_tictactoe.fact_cells(rlft_tictactoe.fact_use(path)) == "2/4 | 1/2"
+    assert rlft_tictactoe.fact_use(tmp_path / "none.jsonl") is None
