@@ -29,7 +29,9 @@ result alone (+1 win, 0 draw, -1 loss: win rate - loss rate). Beside them, from 
 (agentrl/diagnostics.py), the share of optimal moves and the knowing-doing figures of the rationales:
 `knowing` (the rationale picks an optimal move) and `doing given knowing` (the move then played is
 optimal); summary.json's rows also carry decisive_optimal_move_rate, reads_board_rate, doing_rate and
-agreement_rate. It writes `summary.json`, `summary.md` and `rlft_tictactoe.png` into `--out`.
+agreement_rate. From transcripts.jsonl (`fact_use`): `facts right`, the rationales that state the
+winning and blocking cells (`--state-facts` warm-ups teach it) with exactly the board's, and `win/block taken`,
+the valid answers that played a winning cell (else a blocking one) where the board had one. It writes `summary.json`, `summary.md` and `rlft_tictactoe.png` into `--out`.
 
     .venv/bin/python benchmarks/rlft_tictactoe.py                                 # 35 min of training
     .venv/bin/python benchmarks/rlft_tictactoe.py --minutes 10 algo.learning_rate=2e-5
