@@ -254,13 +254,17 @@ def training_info(run: Path) -> dict[str, Any]:
     return info
 
 
+def count_cells(counts: dict[str, int] | None, *pairs: tuple[str, str]) -> str:
+    """Markdown cells "part/whole", one per (part, whole) key pair of `counts` ("-" where the whole is 0 or
+    there are no counts)."""
+    return " | ".join(
+        f"{counts[part]}/{counts[whole]}" if counts and counts[whole] else "-" for part, whole in pairs
+    )
+
+
 def untried_cells(counts: dict[str, int] | None) -> str:
-    """The two markdown cells of `untried_choices` ("-" where a figure has no data)."""
-    if not counts:
-        return "- | -"
-    chosen = f"{counts['untried']}/{counts['chances']}" if counts["chances"] else "-"
-    listed = f"{counts['listed_exact']}/{counts['listed']}" if counts["listed"] else "-"
-    return f"{chosen} | {listed}"
+    """The two markdown cells of `untried_choices`."""
+    return count_cells(counts, ("untried", "chances"), ("listed_exact", "listed"))
 
 
 def provenance(run: Path) -> dict[str, str]:

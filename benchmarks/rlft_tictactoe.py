@@ -65,6 +65,7 @@ from rlft_bandit import (  # noqa: E402 - the shared runner helpers
     BenchmarkError,
     change,
     complete,
+    count_cells,
     display_path,
     fmt,
     preset_env_overrides,
@@ -379,12 +380,8 @@ def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
 
 
 def fact_cells(facts: dict[str, int] | None) -> str:
-    """The two markdown cells of `fact_use` ("-" where a figure has no data)."""
-    if not facts:
-        return "- | -"
-    right = f"{facts['exact']}/{facts['stated']}" if facts["stated"] else "-"
-    taken = f"{facts['taken']}/{facts['chances']}" if facts["chances"] else "-"
-    return f"{right} | {taken}"
+    """The two markdown cells of `fact_use`."""
+    return count_cells(facts, ("exact", "stated"), ("taken", "chances"))
 
 
 def markdown(summary: dict[str, Any]) -> str:
