@@ -17,6 +17,8 @@ Runs, one after another, each through the runner itself (`python -m agentrl.cli`
 
 With `--state-facts` the demonstrations of 3 and 5 state the buttons not pressed yet and the best average
 so far in their rationale, before the choice (`algo.state_facts=true`).
+`--warmup-episodes N` and `--warmup-updates N` size 3 and 5 (their `algo.episodes` and
+`algo.max_updates`; the preset's 24 episodes and 15 updates of 8 rows otherwise).
 
 The targets compare the trained row with the base model's and with the warm-up's: coverage up by >= 0.1
 (and by more than the stderr of the difference), regret down by more than that stderr, and neither counts

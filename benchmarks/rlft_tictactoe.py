@@ -42,6 +42,10 @@ the valid answers that played a winning cell (else a blocking one) where the boa
                                          # (trained_random: the trained model) into its own directory,
                                          # which then replaces the row's eval.json in the table
 
+`--state-facts` puts the winning and blocking cells in the warm-up's demonstration rationales
+(`algo.state_facts=true`); `--warmup-episodes N` and `--warmup-updates N` size the warm-up (`algo.episodes`,
+`algo.max_updates`; the preset's 32 episodes and ~15 updates of 8 rows otherwise).
+
 Extra arguments are Hydra overrides: `env.*` ones go to every run, `agent.*`/`model.*` to the LLM runs,
 everything else to the training run only. A step whose run directory holds a complete eval.json is
 skipped (rerun into the same `--out` to resume).
