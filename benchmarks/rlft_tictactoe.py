@@ -293,7 +293,7 @@ def fact_use(transcripts: Path) -> dict[str, int] | None:
     return out
 
 
-def row_of(data: dict[str, Any], transcripts: Path | None = None) -> dict[str, Any]:
+def row_of(data: dict[str, Any], transcripts: Path) -> dict[str, Any]:
     return {
         "episodes": data["episodes"],
         "seed": data.get("seed"),
@@ -306,7 +306,7 @@ def row_of(data: dict[str, Any], transcripts: Path | None = None) -> dict[str, A
         "untagged_rate": data.get("untagged_rate"),
         "rationale_rate": data.get("rationale_rate"),
         **move_figures(data),
-        "facts": fact_use(transcripts) if transcripts is not None else None,
+        "facts": fact_use(transcripts),
     }
 
 
@@ -337,12 +337,13 @@ def summarize(out: Path, results: Path | None = None) -> dict[str, Any]:
     counts = {e.get("episodes") for e in evals.values()}
     if len(seeds) > 1 or len(counts) > 1:
         raise BenchmarkError(f"the evals differ in seed ({seeds}) or episode count ({counts})")
+    dirs = {name: run_eval_path(out, name).parent for name in evals}
     rows = {
         name: {
-            **row_of(e, run_eval_path(out, name).parent / "transcripts.jsonl"),
+            **row_of(e, dirs[name] / "transcripts.jsonl"),
             "model": runs[name][0],
             "opponent": runs[name][1],
-            "made_by": provenance(run_eval_path(out, name).parent),
+            "made_by": provenance(dirs[name]),
         }
         for name, e in evals.items()
     }
