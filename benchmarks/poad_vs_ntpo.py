@@ -16,7 +16,8 @@ With `--warmup` a format warm-up runs first (`experiment=kitchen_warmup`: SFT on
 written in the answer format, into `<out>/warmup`, skipped when a complete one is there) and every
 algorithm starts from it (`init_from`); its minutes are in the summary, to be counted in the budget.
 
-Extra arguments are Hydra overrides for every run (e.g. `algo.learning_rate=1e-5`).
+Extra arguments are Hydra overrides for every run (e.g. `algo.learning_rate=1e-5`); the `env.` and `agent.`
+ones go to the warm-up too (e.g. `env.actions=feasible`: each state lists only the actions that do something).
 """
 
 from __future__ import annotations
@@ -36,14 +37,22 @@ CHOICES = (*ALGOS, "twosome")
 NAMES = {"poad": "POAD", "ntpo": "NTPO", "msgrpo": "MS-GRPO", "twosome": "TWOSOME"}
 
 
-def warmup(out: Path, seed: int, threads: int) -> float:
+def interface_overrides(extra: list[str]) -> list[str]:
+    """The overrides among `extra` that the warm-up needs too: the env's and the agent's (the
+    demonstrations are written through the same prompt and answer interface the runs train with)."""
+    return [o for o in extra if o.lstrip("+~").startswith(("env.", "agent."))]
+
+
+def warmup(out: Path, seed: int, threads: int, extra: list[str] = ()) -> float:
     """`agentrl train experiment=kitchen_warmup` into `<out>/warmup` through the shared step runner (a
-    complete warm-up there is reused); its minutes from start to end (status.json)."""
+    complete warm-up there is reused), with the env and agent overrides of `extra`; its minutes from
+    start to end (status.json)."""
     from datetime import datetime
 
     from rlft_bandit import BenchmarkError, run_step
 
     args = ["train", "experiment=kitchen_warmup", f"seed={seed}", f"algo.torch_threads={threads}"]
+    args += interface_overrides(list(extra))
     try:
         run = run_step("warmup", args, out, threads)
     except BenchmarkError as exc:
@@ -218,7 +227,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     warmup_minutes = None
     if args.warmup:
-        warmup_minutes = warmup(args.out, args.seed, args.threads * len(args.algos))
+        warmup_minutes = warmup(args.out, args.seed, args.threads * len(args.algos), extra)
         extra = [f"init_from={args.out / 'warmup'}", *extra]
     start = time.perf_counter()
     share = 1 / len(args.algos)

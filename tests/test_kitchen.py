@@ -421,3 +421,68 @@ def test_random_start_begins_part_way_through_an_optimal_play():
     assert env.reset(seed=0, options={"random_start": 0.0})[0] == initial
     with pytest.raises(ConfigError):
         env.reset(seed=0, options={"random_start": 1.5})
+
+
+# ---- actions="feasible": each state lists the actions that do something ---------------------------
+def test_feasible_lists_the_actions_that_do_something_in_each_state():
+    env = KitchenEnv(task="tomato_salad", actions="feasible")
+    _, info = env.reset(seed=0)
+    picks = ["pick up the tomato", "pick up the lettuce", "pick up the onion"]
+    assert info["valid_actions"] == [*picks, "deliver the plate"]
+    expected = [
+        ["chop the tomato", "deliver the plate"],
+        ["put the tomato on the plate", "deliver the plate"],
+        ["pick up the lettuce", "pick up the onion", "deliver the plate"],
+    ]
+    for action, listed in zip(_optimal_script(["tomato"]), expected, strict=False):
+        *_, info = env.step(action)
+        assert info["valid_actions"] == listed == env.valid_actions()
+    # an unlisted action is still playable by name and does nothing but cost the step
+    env.reset(seed=0)
+    _, reward, *_, info = env.step("chop the tomato")
+    assert reward == STEP and info["event"] == "nothing" and info["valid_actions"][0] == "pick up the tomato"
+    # the dynamics are the default env's: the same script earns the same rewards
+    default = KitchenEnv(task="tomato_salad")
+    for e in (env, default):
+        e.reset(seed=0)
+    assert [r[0] for r in _play(env, _optimal_script(["tomato"]))] == [
+        r[0] for r in _play(default, _optimal_script(["tomato"]))
+    ]
+    assert KitchenEnv().valid_actions() == ACTION_NAMES  # the default lists every action
+
+
+def test_feasible_prompt_lists_the_states_actions_and_the_strict_parser_refuses_the_rest():
+    env = KitchenEnv(actions="feasible")
+    obs, info = env.reset(seed=0)
+    ctx = StepContext(env, obs, info, [], np.random.default_rng(0), 0)
+    interface = TextInterface()
+    system, user = (m["content"] for m in interface.messages(ctx))
+    assert (
+        "Valid actions: pick up the tomato, pick up the lettuce, pick up the onion, deliver the plate" in user
+    )
+    assert "Valid actions:" not in system and "Each step lists the ones that do something." in system
+    assert (
+        interface.parse("<action>pick up the tomato</action>", info["valid_actions"]) == "pick up the tomato"
+    )
+    assert interface.parse("<action>chop the tomato</action>", info["valid_actions"]) is None
+
+
+@pytest.mark.parametrize("task", TASK_NAMES)
+def test_feasible_random_and_planner_play_only_listed_actions(task):
+    make = lambda: make_env("kitchen", task=task, actions="feasible")  # noqa: E731
+    for agent in (RandomAgent(), PlannerAgent("kitchen")):
+        for seed, episode in enumerate(rollout(make, agent, range(3))):
+            replay = make()
+            replay.reset(seed=seed)
+            for step in episode.steps:  # each action was listed in the state it was taken in
+                assert step.valid and step.action_name in replay.valid_actions()
+                assert replay.step(step.action_name)[-1]["event"] != "nothing"
+    planner = rollout(make, PlannerAgent("kitchen"), range(2))
+    assert all(e.success for e in planner)
+
+
+def test_unknown_action_list_names_the_choices():
+    with pytest.raises(UnknownChoiceError, match="feasible"):
+        make_env("kitchen", actions="some")
+    with pytest.raises(ConfigError, match="env.actions=some"):
+        compose_config(["env=kitchen", "env.actions=some"])

@@ -472,3 +472,26 @@ def test_fact_use_reads_the_board_of_the_prompt_and_checks_the_stated_cells(tmp_
     assert rlft_tictactoe.fact_use(path) == {"stated": 4, "exact": 2, "chances": 2, "taken": 1}
     assert rlft_tictactoe.fact_cells(rlft_tictactoe.fact_use(path)) == "2/4 | 1/2"
     assert rlft_tictactoe.fact_use(tmp_path / "none.jsonl") is None
+
+
+def test_kitchen_warmup_takes_the_env_and_agent_overrides_only(tmp_path: Path, monkeypatch) -> None:
+    """poad_vs_ntpo.py --warmup: the warm-up writes its demonstrations through the runs' env and agent
+    settings (`env.actions=feasible` changes the prompt's action list), not their algo settings."""
+    import poad_vs_ntpo
+
+    calls: dict[str, list[str]] = {}
+
+    def fake_run_step(name: str, args: list[str], out: Path, threads: int) -> Path:
+        calls[name] = args
+        run = out / name
+        run.mkdir(parents=True, exist_ok=True)
+        times = {"first_started": "2026-01-01T00:00:00", "ended": "2026-01-01T00:06:00"}
+        (run / "status.json").write_text(json.dumps(times))
+        return run
+
+    monkeypatch.setattr(rlft_bandit, "run_step", fake_run_step)
+    extra = ["env.actions=feasible", "+agent.history=2", "algo.learning_rate=1e-5", "seed=3"]
+    assert poad_vs_ntpo.warmup(tmp_path, 0, 2, extra) == pytest.approx(6.0)
+    assert calls["warmup"][:2] == ["train", "experiment=kitchen_warmup"]
+    assert "env.actions=feasible" in calls["warmup"] and "+agent.history=2" in calls["warmup"]
+    assert not any(a.startswith(("algo.learning_rate", "seed=3")) for a in calls["warmup"])

@@ -497,6 +497,11 @@ class KitchenConfig(EnvSchema):
         choices=KITCHEN_TASKS,
     )
     max_steps: int = setting(20, "action cap (truncation); the 3-ingredient salad takes 10", ge=1)
+    actions: str = setting(
+        "all",
+        "valid actions of a state: all (every action, always) | feasible (those that do something there)",
+        choices=("all", "feasible"),
+    )
 
 
 # =====================================================================================================

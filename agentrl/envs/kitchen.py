@@ -16,8 +16,11 @@ ingredients are distractors that stay available. Rules:
 - ``deliver the plate``: correct when the plate holds exactly the recipe's (chopped) ingredients: +1,
   the episode ends with success. Otherwise (an empty plate included) a wrong delivery: -0.1, and every
   ingredient on the plate goes back to the counter whole; what the agent holds stays in hand.
-- An action whose conditions do not hold does nothing. Every action is always legal (DQN and scoring
-  agents use all of them); a useless one costs only the step penalty.
+- An action whose conditions do not hold does nothing. With ``actions="all"`` (the default) every action
+  is always valid (DQN and scoring agents use all of them); a useless one costs only the step penalty.
+  With ``actions="feasible"`` the valid actions of a state are those that do something there (the
+  delivery always counts: a wrong one clears the plate), listed with each observation; the others stay
+  playable by index and do nothing, but are not among ``valid_actions()``.
 
 Rewards (POAD's Overcooked): +0.2 the first time each recipe ingredient is chopped, +0.2 the first time
 each chopped recipe ingredient is put on the plate, +1 a correct delivery, -0.1 a wrong delivery, and
@@ -51,6 +54,8 @@ TASKS: dict[str, tuple[str, ...]] = {
     "tomato_lettuce_onion_salad": ("tomato", "lettuce", "onion"),
 }
 TASK_NAMES = tuple(TASKS)
+#: which actions a state lists as valid: every one, or those that do something there
+ACTION_LISTS = ("all", "feasible")
 
 # Where an ingredient is: whole on the counter, whole in hand, chopped in hand, chopped on the plate.
 COUNTER, HELD, HELD_CHOPPED, PLATE = "counter", "held", "held_chopped", "plate"
@@ -185,6 +190,11 @@ def optimal_actions(recipe: frozenset[str], state: KitchenState, steps_left: int
     return sorted(tied, key=lambda a: transition(recipe, state, a).event == "nothing")
 
 
+def feasible_actions(recipe: frozenset[str], state: KitchenState) -> list[int]:
+    """The actions that do something in `state` (ascending index): the delivery always does."""
+    return [a for a in range(len(ACTION_NAMES)) if transition(recipe, state, a).event != "nothing"]
+
+
 def state_from_dict(state: dict[str, Any]) -> KitchenState:
     """The KitchenState inside `KitchenEnv.state()`'s dict."""
     return KitchenState(
@@ -210,13 +220,22 @@ class KitchenEnv(TextEnv):
     action_names = list(ACTION_NAMES)
     reset_option_names = ("random_start",)
 
-    def __init__(self, task: str = "tomato_salad", max_steps: int = 20, render_mode: str | None = None):
+    def __init__(
+        self,
+        task: str = "tomato_salad",
+        max_steps: int = 20,
+        actions: str = "all",
+        render_mode: str | None = None,
+    ):
         if task not in TASKS:
             raise UnknownChoiceError("kitchen task", task, TASK_NAMES)
+        if actions not in ACTION_LISTS:
+            raise UnknownChoiceError("kitchen actions", actions, ACTION_LISTS)
         if int(max_steps) < 1:
             raise ConfigError(f"kitchen max_steps must be >= 1, got {max_steps}")
         super().__init__(render_mode=render_mode)
         self.task = task
+        self.actions = actions
         self.recipe = TASKS[task]
         self._recipe_set = frozenset(self.recipe)
         self.max_steps = int(max_steps)
@@ -275,8 +294,14 @@ class KitchenEnv(TextEnv):
         }
         return info
 
+    def valid_actions(self) -> list[str]:
+        if self.actions == "all":
+            return list(self.action_names)
+        return [self.action_names[a] for a in feasible_actions(self._recipe_set, self.kitchen)]
+
     def default_action(self) -> int:
-        """`pick up the tomato`: fixed, never a delivery (tomato is in every recipe)."""
+        """`pick up the tomato`: fixed, never a delivery (tomato is in every recipe); under
+        `actions="feasible"` it may be unlisted in the state, where it does nothing."""
         return 0
 
     # ---- text interface ------------------------------------------------------------------------
@@ -303,7 +328,11 @@ class KitchenEnv(TextEnv):
             "Rewards: +0.2 the first time you chop each recipe ingredient, +0.2 the first time you put each "
             "chopped recipe ingredient on the plate, +1 for a correct delivery (the episode ends), -0.1 for a "
             f"wrong delivery, and -0.001 for every action. You have at most {self.max_steps} actions.\n"
-            f"Valid actions: {', '.join(self.action_names)}."
+            + (
+                f"Valid actions: {', '.join(self.action_names)}."
+                if self.actions == "all"
+                else f"Actions: {', '.join(self.action_names)}. Each step lists the ones that do something."
+            )
         )
 
     def render_text(self) -> str:
