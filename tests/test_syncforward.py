@@ -27,7 +27,7 @@ from agentrl.syncforward import ForwardCounts, is_sharded, synced_forwards, toke
 WORLD = 2
 STARTUP_S = 150  # spawn + imports + sharding, on a loaded machine
 SYNCED_S = 30  # the synced stages (under a second), once both workers are ready
-HAZARD_S = 10  # the unsynced calls: milliseconds of work, so silence this long is a deadlock
+HAZARD_S = 5  # the unsynced calls: milliseconds of work, so silence this long is a deadlock
 
 
 def _tiny_model() -> Any:

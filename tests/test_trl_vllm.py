@@ -92,7 +92,9 @@ class FakeVLLMGeneration:
             for prompt in prompts:
                 ids, lps = [], []
                 for _ in range(self.max_completion_length):
-                    logits = self.engine(torch.tensor([prompt + ids])).logits[0, -1].float()
+                    # the last position's logits only: the rest would cost a vocabulary-sized head per token
+                    out = self.engine(torch.tensor([prompt + ids]), logits_to_keep=1, use_cache=False)
+                    logits = out.logits[0, -1].float()
                     if self.temperature > 0:
                         logits = logits / self.temperature
                         if self.top_k > 0:
