@@ -43,16 +43,27 @@ def interface_overrides(extra: list[str]) -> list[str]:
     return [o for o in extra if o.lstrip("+~").startswith(("env.", "agent."))]
 
 
-def warmup(out: Path, seed: int, threads: int, extra: list[str] = ()) -> float:
+def warmup(
+    out: Path,
+    seed: int,
+    threads: int,
+    extra: list[str] = (),
+    episodes: int | None = None,
+    updates: int | None = None,
+) -> float:
     """`agentrl train experiment=kitchen_warmup` into `<out>/warmup` through the shared step runner (a
-    complete warm-up there is reused), with the env and agent overrides of `extra`; its minutes from
-    start to end (status.json)."""
+    complete warm-up there is reused), with the env and agent overrides of `extra` and, where given, its
+    demonstration episodes and updates; its minutes from start to end (status.json)."""
     from datetime import datetime
 
     from rlft_bandit import BenchmarkError, run_step
 
     args = ["train", "experiment=kitchen_warmup", f"seed={seed}", f"algo.torch_threads={threads}"]
     args += interface_overrides(list(extra))
+    if episodes is not None:
+        args.append(f"algo.episodes={episodes}")
+    if updates is not None:
+        args.append(f"algo.max_updates={updates}")
     try:
         run = run_step("warmup", args, out, threads)
     except BenchmarkError as exc:
@@ -213,6 +224,15 @@ def main() -> None:
         action="store_true",
         help="start every run from a format warm-up (experiment=kitchen_warmup)",
     )
+    parser.add_argument(
+        "--warmup-episodes",
+        type=int,
+        default=None,
+        help="the warm-up's demonstration episodes (algo.episodes)",
+    )
+    parser.add_argument(
+        "--warmup-updates", type=int, default=None, help="the warm-up's updates of 8 rows (algo.max_updates)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--target", type=float, default=0.8)
@@ -227,7 +247,14 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     warmup_minutes = None
     if args.warmup:
-        warmup_minutes = warmup(args.out, args.seed, args.threads * len(args.algos), extra)
+        warmup_minutes = warmup(
+            args.out,
+            args.seed,
+            args.threads * len(args.algos),
+            extra,
+            args.warmup_episodes,
+            args.warmup_updates,
+        )
         extra = [f"init_from={args.out / 'warmup'}", *extra]
     start = time.perf_counter()
     share = 1 / len(args.algos)

@@ -494,4 +494,6 @@ def test_kitchen_warmup_takes_the_env_and_agent_overrides_only(tmp_path: Path, m
     assert poad_vs_ntpo.warmup(tmp_path, 0, 2, extra) == pytest.approx(6.0)
     assert calls["warmup"][:2] == ["train", "experiment=kitchen_warmup"]
     assert "env.actions=feasible" in calls["warmup"] and "+agent.history=2" in calls["warmup"]
-    assert not any(a.startswith(("algo.learning_rate", "seed=3")) for a in calls["warmup"])
+    assert not any(a.startswith(("algo.learning_rate", "seed=3", "algo.episodes")) for a in calls["warmup"])
+    poad_vs_ntpo.warmup(tmp_path / "more", 0, 2, [], episodes=24, updates=48)
+    assert calls["warmup"][-2:] == ["algo.episodes=24", "algo.max_updates=48"]
