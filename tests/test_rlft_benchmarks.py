@@ -497,3 +497,26 @@ def test_kitchen_warmup_takes_the_env_and_agent_overrides_only(tmp_path: Path, m
     assert not any(a.startswith(("algo.learning_rate", "seed=3", "algo.episodes")) for a in calls["warmup"])
     poad_vs_ntpo.warmup(tmp_path / "more", 0, 2, [], episodes=24, updates=48)
     assert calls["warmup"][-2:] == ["algo.episodes=24", "algo.max_updates=48"]
+
+
+def test_kitchen_policy_reads_every_valid_answer_along_the_optimal_play(tmp_path: Path, capsys) -> None:
+    """benchmarks/kitchen_policy.py on the tiny model: one row per state of the planner's play (four on the
+    tomato salad), each valid action's answer probability (a distribution over more answers than these,
+    so the sum is at most 1), and the table names the most likely action."""
+    import kitchen_policy
+
+    overrides = ["experiment=kitchen_learn", "env.actions=feasible", "model=tiny-random"]
+    out = tmp_path / "policy.json"
+    assert kitchen_policy.main(["builtin:tiny-random", *overrides, "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["planner"] for r in rows] == [
+        "pick up the tomato",
+        "chop the tomato",
+        "put the tomato on the plate",
+        "deliver the plate",
+    ]
+    assert list(rows[1]["p"]) == ["chop the tomato", "deliver the plate"]  # the state's listed actions
+    for r in rows:
+        assert all(0 < p < 1 for p in r["p"].values()) and sum(r["p"].values()) <= 1
+    printed = capsys.readouterr().out
+    assert "| You hold: a whole tomato. Plate: nothing. | chop the tomato |" in printed
