@@ -802,7 +802,9 @@ def describe(cfg: DictConfig) -> dict[str, Any]:
     uses_llm = cfg.algo.name in LLM_ALGOS if cfg.task == "train" else cfg.agent.name == "llm"
     if uses_llm:
         info["model"] = cfg.model.name
-    if cfg.get("algo") is not None:
+    # an eval of a training preset (`agentrl eval experiment=kitchen_learn`) carries the preset's algo keys
+    # without an algo group: no algo to name
+    if cfg.get("algo") is not None and cfg.algo.get("name") is not None:
         info["algo"] = cfg.algo.name
     info["created"] = datetime.now().isoformat(timespec="seconds")
     return info

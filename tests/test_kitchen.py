@@ -377,6 +377,18 @@ def test_cli_eval(tmp_path, agent, task, success, mean_return):
         assert metrics["success_rate"] == success and metrics["mean_return"] == pytest.approx(mean_return)
 
 
+def test_cli_eval_of_the_training_preset_with_scored_decisions(tmp_path):
+    """`agentrl eval experiment=kitchen_learn`: the preset's algo keys come without an algo group, and the
+    eval names no algo; TWOSOME's scored decisions over the feasible list play only listed actions."""
+    run = tmp_path / "scored"
+    args = ["eval", "experiment=kitchen_learn", "model=tiny-random", "agent.decision=score"]
+    args += ["env.actions=feasible", "env.max_steps=3", "eval.episodes=1", f"hydra.run.dir={run}"]
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((run / "eval.json").read_text())
+    assert "algo" not in metrics and metrics["invalid_rate"] == 0.0 and metrics["episodes"] == 1
+
+
 def test_cli_tiny_dqn_training(tmp_path):
     run = tmp_path / "dqn"
     args = [
