@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from agentrl.agents.llm import TextInterface, demonstration_answer
 from agentrl.cli import app
 from agentrl.config import compose_config
+from agentrl.errors import ConfigError
 from agentrl.evaluation import eval_seeds
 from agentrl.trainers.sft import demonstration_seeds, demonstrations
 
@@ -61,7 +62,7 @@ def test_demonstrations_use_training_seeds_only():
     assert not set(seeds) & set(eval_seeds(cfg))
 
 
-@pytest.mark.parametrize("teacher", ["planner", "random"])
+@pytest.mark.parametrize("teacher", ["planner", "random", "scored"])
 def test_demonstrations_play_the_env_through_the_agents_prompt_and_parser(tiny, teacher):
     from agentrl.agents.llm import build_llm_agent
 
@@ -70,7 +71,7 @@ def test_demonstrations_play_the_env_through_the_agents_prompt_and_parser(tiny, 
         ["task=train", "model=tiny-random", *TINY_SFT, f"algo.demonstrations={teacher}", "algo.episodes=3"]
     )
     agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
-    episodes = demonstrations(cfg, agent.interface, tokenizer)
+    episodes = demonstrations(cfg, agent.interface, tokenizer, agent)
     assert [e.seed for e in episodes] == demonstration_seeds(cfg, 3)
     for episode in episodes:
         for step in episode.steps:
@@ -84,6 +85,30 @@ def test_demonstrations_play_the_env_through_the_agents_prompt_and_parser(tiny, 
             assert generation.completion_ids[-1] == tokenizer.eos_token_id  # the closed answer ends the turn
     if teacher == "planner":
         assert all(e.success for e in episodes)
+
+
+def test_scored_demonstrations_are_the_models_own_scored_choices(tiny):
+    """algo.demonstrations=scored: the actions are those the model's TWOSOME policy samples on the same
+    seeds (its scores, temperature 1), and each is written as the generated answer the parser reads."""
+    from agentrl.agents.llm import build_llm_agent
+    from agentrl.envs import env_factory
+    from agentrl.rollout import rollout
+    from agentrl.trainers.sft import teacher
+
+    model, tokenizer = tiny
+    cfg = compose_config(["task=train", *TINY_SFT, "algo.demonstrations=scored", "algo.episodes=3"])
+    agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
+    episodes = demonstrations(cfg, agent.interface, tokenizer, agent)
+    scorer = teacher(cfg, agent)
+    assert scorer.decision == "score" and scorer.sampling.temperature == 1.0
+    seeds = demonstration_seeds(cfg, 3)
+    own = rollout(env_factory(cfg.env), scorer, seeds, list(range(3)), agent_seed=int(cfg.seed))
+    assert [[s.action_name for s in e.steps] for e in episodes] == [
+        [s.action_name for s in e.steps] for e in own
+    ]
+    assert len({s.action_name for e in episodes for s in e.steps}) > 1  # sampled, not one fixed answer
+    with pytest.raises(ConfigError, match="needs the model being trained"):
+        demonstrations(cfg, agent.interface, tokenizer)
 
 
 def test_state_facts_put_the_untried_buttons_in_the_rationale_before_the_choice(tiny):

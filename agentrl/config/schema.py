@@ -1041,9 +1041,11 @@ class SFTConfig(Schema):
     demonstrations: str = setting(
         "planner",
         "who plays the demonstrations: planner (expert play: behaviour cloning, the RLFT paper's baseline) | "
-        "random (uniformly random valid actions: teaches the answer format, leaves the policy to RL)",
+        "random (uniformly random valid actions: teaches the answer format, leaves the policy to RL) | "
+        "scored (the model's own choices by TWOSOME's scores over the valid actions, sampled at temperature "
+        "1: teaches the answer format and keeps the model's preferences)",
         "paper",
-        choices=("planner", "random"),
+        choices=("planner", "random", "scored"),
     )
     episodes: int = setting(
         64, "demonstration episodes, on training seeds (never the held-out eval seeds)", ge=1

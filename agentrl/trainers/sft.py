@@ -1,8 +1,9 @@
 """`algo=sft`: supervised fine-tuning on demonstrations with TRL's `SFTTrainer` (docs/algorithms.md#sft).
 
     demonstrations  a classic agent (`algo.demonstrations`: the planner, or uniformly random valid
-                    actions) plays `algo.episodes` episodes on training seeds (`iteration.training_seed`,
-                    below `eval.seed_offset`: never a held-out eval seed)
+                    actions), or the model itself choosing by its scores of the valid actions (`scored`),
+                    plays `algo.episodes` episodes on training seeds (`iteration.training_seed`, below
+                    `eval.seed_offset`: never a held-out eval seed)
     rows            every step -> one prompt-completion pair written through the LLM agent's own interface:
                     the prompt is exactly the text the agent renders there (chat template, history,
                     prefill), the completion the answer the strict parser reads as the demonstrated
@@ -53,12 +54,30 @@ def check_sft(cfg: DictConfig) -> None:
         teacher(cfg)  # an env without a planner fails here, in one line
 
 
-def teacher(cfg: DictConfig) -> Agent:
-    """The classic agent that plays the demonstrations (`algo.demonstrations`)."""
+def teacher(cfg: DictConfig, policy: Any = None) -> Agent:
+    """The agent that plays the demonstrations (`algo.demonstrations`). `scored` is `policy` (the LLM agent
+    of the model being trained) deciding as TWOSOME does: every valid action scored, one sampled from the
+    normalised scores at temperature 1. Its demonstrations are the model's own choices written in the
+    answer format, so the warm-up teaches the format without the frequency bias of `random` (an action
+    listed in every state, as the kitchen's delivery, is the most common random answer, and a model that
+    does not yet read the list learns it as the most likely one everywhere)."""
     from agentrl.agents.baselines import PlannerAgent, RandomAgent
 
     if cfg.algo.demonstrations == "random":
         return RandomAgent()
+    if cfg.algo.demonstrations == "scored":
+        from agentrl.agents.backends import SamplingConfig
+        from agentrl.agents.llm import LLMAgent
+
+        if policy is None:
+            raise ConfigError("algo.demonstrations=scored needs the model being trained (its LLM agent)")
+        return LLMAgent(
+            policy.interface,
+            policy.backend,
+            SamplingConfig(temperature=1.0),
+            decision="score",
+            score_normalization=policy.score_normalization,
+        )
     from agentrl.config.schema import PlannerAgentConfig
 
     # the planner's own defaults (agent=planner's ucb_c, linucb_alpha), as `agentrl eval agent=planner` plays
@@ -110,13 +129,14 @@ def demonstration_seeds(cfg: DictConfig, episodes: int) -> list[int]:
     return [training_seed(int(cfg.seed), 0, k, int(cfg.eval.seed_offset)) for k in range(episodes)]
 
 
-def demonstrations(cfg: DictConfig, interface: Any, tokenizer: Any) -> list[Episode]:
-    """`algo.episodes` episodes of the teacher on training seeds; every step carries its demonstration."""
+def demonstrations(cfg: DictConfig, interface: Any, tokenizer: Any, policy: Any = None) -> list[Episode]:
+    """`algo.episodes` episodes of the teacher on training seeds; every step carries its demonstration.
+    `policy`: the LLM agent of the model being trained (the `scored` teacher)."""
     from agentrl.envs import env_factory
     from agentrl.rollout import rollout
 
     seeds = demonstration_seeds(cfg, int(cfg.algo.episodes))
-    agent = Demonstrator(teacher(cfg), interface, tokenizer, state_facts=bool(cfg.algo.state_facts))
+    agent = Demonstrator(teacher(cfg, policy), interface, tokenizer, state_facts=bool(cfg.algo.state_facts))
     return rollout(env_factory(cfg.env), agent, seeds, list(range(len(seeds))), agent_seed=int(cfg.seed))
 
 
@@ -248,7 +268,7 @@ def train_sft(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
             before["invalid_rate"],
         )
 
-    played = demonstrations(cfg, policy.interface, tokenizer)
+    played = demonstrations(cfg, policy.interface, tokenizer, policy)
     rows = demonstration_rows(played)
     demo = {
         "demonstrations": algo.demonstrations,
