@@ -50,6 +50,7 @@ def warmup(
     extra: list[str] = (),
     episodes: int | None = None,
     updates: int | None = None,
+    demonstrations: str | None = None,
 ) -> float:
     """`agentrl train experiment=kitchen_warmup` into `<out>/warmup` through the shared step runner (a
     complete warm-up there is reused), with the env and agent overrides of `extra` and, where given, its
@@ -64,6 +65,8 @@ def warmup(
         args.append(f"algo.episodes={episodes}")
     if updates is not None:
         args.append(f"algo.max_updates={updates}")
+    if demonstrations is not None:
+        args.append(f"algo.demonstrations={demonstrations}")
     try:
         run = run_step("warmup", args, out, threads)
     except BenchmarkError as exc:
@@ -233,6 +236,12 @@ def main() -> None:
     parser.add_argument(
         "--warmup-updates", type=int, default=None, help="the warm-up's updates of 8 rows (algo.max_updates)"
     )
+    parser.add_argument(
+        "--warmup-demonstrations",
+        choices=("random", "scored"),
+        default=None,
+        help="the warm-up's demonstrations (algo.demonstrations; the preset's: random)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--target", type=float, default=0.8)
@@ -254,6 +263,7 @@ def main() -> None:
             extra,
             args.warmup_episodes,
             args.warmup_updates,
+            args.warmup_demonstrations,
         )
         extra = [f"init_from={args.out / 'warmup'}", *extra]
     start = time.perf_counter()

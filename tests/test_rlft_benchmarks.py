@@ -495,8 +495,8 @@ def test_kitchen_warmup_takes_the_env_and_agent_overrides_only(tmp_path: Path, m
     assert calls["warmup"][:2] == ["train", "experiment=kitchen_warmup"]
     assert "env.actions=feasible" in calls["warmup"] and "+agent.history=2" in calls["warmup"]
     assert not any(a.startswith(("algo.learning_rate", "seed=3", "algo.episodes")) for a in calls["warmup"])
-    poad_vs_ntpo.warmup(tmp_path / "more", 0, 2, [], episodes=24, updates=48)
-    assert calls["warmup"][-2:] == ["algo.episodes=24", "algo.max_updates=48"]
+    poad_vs_ntpo.warmup(tmp_path / "more", 0, 2, [], episodes=24, updates=48, demonstrations="scored")
+    assert calls["warmup"][-3:] == ["algo.episodes=24", "algo.max_updates=48", "algo.demonstrations=scored"]
 
 
 def test_kitchen_policy_reads_every_valid_answer_along_the_optimal_play(tmp_path: Path, capsys) -> None:
