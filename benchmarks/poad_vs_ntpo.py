@@ -139,14 +139,30 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
+def task_of(out: Path, algos: list[str]) -> tuple[str, float]:
+    """The kitchen task the runs trained on (their saved config) and its optimal return (the planner's)."""
+    from omegaconf import OmegaConf
+
+    from agentrl.envs.kitchen import TASKS, KitchenState, action_values
+
+    task = "tomato_salad"
+    for algo in algos:
+        saved = out / algo / ".hydra" / "config.yaml"
+        if saved.is_file():
+            task = str(OmegaConf.load(saved).env.task)
+            break
+    return task, max(action_values(frozenset(TASKS[task]), KitchenState(), 20)) / 1000
+
+
 def summarize(out: Path, algos: list[str], target: float, warmup_minutes: float | None = None) -> dict:
     runs = {a: read_run(out / a) for a in algos if (out / a / "metrics.jsonl").is_file()}
+    task, optimal = task_of(out, algos)
     for data in runs.values():
         data["target_iteration"], data["target_minutes"] = first_at(data["points"], target)
     previous = out / "summary.json"
     if warmup_minutes is None and previous.is_file():  # --summarize keeps what the run measured
         warmup_minutes = json.loads(previous.read_text()).get("warmup_minutes")
-    summary: dict = {"target": target, "warmup_minutes": warmup_minutes, "runs": runs}
+    summary: dict = {"task": task, "target": target, "warmup_minutes": warmup_minutes, "runs": runs}
     if "poad" in runs:
         for other in ("ntpo", "msgrpo"):
             if other in runs:
@@ -158,7 +174,7 @@ def summarize(out: Path, algos: list[str], target: float, warmup_minutes: float 
                 )
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     lines = [
-        f"# {' vs '.join(NAMES[a] for a in runs)}, kitchen tomato salad (target greedy success >= {target})",
+        f"# {' vs '.join(NAMES[a] for a in runs)}, kitchen {task.replace('_', ' ')} (target greedy success >= {target})",
         "",
         *(
             [
@@ -182,12 +198,12 @@ def summarize(out: Path, algos: list[str], target: float, warmup_minutes: float 
         if key in summary:
             lines.append(f"\n{key}: {summary[key]}")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
-    plot(runs, target, out / "learning_curves.png")
+    plot(runs, target, out / "learning_curves.png", task, optimal)
     print("\n".join(lines))
     return summary
 
 
-def plot(runs: dict, target: float, path: Path) -> None:
+def plot(runs: dict, target: float, path: Path, task: str = "tomato_salad", optimal: float = 1.396) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -204,13 +220,15 @@ def plot(runs: dict, target: float, path: Path) -> None:
     axes[0].set_xlabel("iteration")
     axes[0].set_ylabel("greedy success (standard task)")
     axes[0].set_ylim(-0.03, 1.03)
-    axes[1].axhline(1.396, color="0.5", ls=":", lw=1, label="optimal return 1.396")
+    axes[1].axhline(optimal, color="0.5", ls=":", lw=1, label=f"optimal return {optimal:g}")
     axes[1].set_xlabel("training wall-clock (minutes, side by side)")
     axes[1].set_ylabel("greedy return")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"Kitchen (tomato salad), SmolLM2-135M on CPU: {' vs '.join(NAMES[a] for a in runs)}")
+    fig.suptitle(
+        f"Kitchen ({task.replace('_', ' ')}), SmolLM2-135M on CPU: {' vs '.join(NAMES[a] for a in runs)}"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -520,3 +520,33 @@ def test_kitchen_policy_reads_every_valid_answer_along_the_optimal_play(tmp_path
         assert all(0 < p < 1 for p in r["p"].values()) and sum(r["p"].values()) <= 1
     printed = capsys.readouterr().out
     assert "| You hold: a whole tomato. Plate: nothing. | chop the tomato |" in printed
+
+
+def test_kitchen_summary_reads_the_task_and_the_time_to_target(tmp_path: Path) -> None:
+    """poad_vs_ntpo.py's summary: the task and its optimal return from the runs' saved config, the first
+    greedy eval at the target per algorithm, and the NTPO/POAD ratios."""
+    import poad_vs_ntpo
+
+    for algo, evals in {"poad": [0.0, 1.0, 1.0], "ntpo": [0.0, 0.0, 1.0]}.items():
+        run = tmp_path / algo
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "config.yaml").write_text("env:\n  name: kitchen\n  task: tomato_lettuce_salad\n")
+        rows = [
+            {
+                "iteration": 2 * (k + 1),
+                "time_s": 120.0 * (k + 1),
+                "eval/success_rate": s,
+                "eval/mean_return": s,
+            }
+            for k, s in enumerate(evals)
+        ]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert poad_vs_ntpo.task_of(tmp_path, ["poad"]) == ("tomato_lettuce_salad", pytest.approx(1.793))
+    summary = poad_vs_ntpo.summarize(tmp_path, ["poad", "ntpo"], 0.8)
+    assert summary["task"] == "tomato_lettuce_salad"
+    assert (
+        summary["runs"]["poad"]["target_iteration"] == 4 and summary["runs"]["ntpo"]["target_iteration"] == 6
+    )
+    assert summary["ntpo/poad_iterations"] == pytest.approx(1.5)
+    assert "kitchen tomato lettuce salad" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "learning_curves.png").is_file()
