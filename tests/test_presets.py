@@ -177,3 +177,37 @@ def test_a_transfer_preset_with_a_baseline_agent_plays_its_env(name, tmp_path):
     assert result.exit_code == 0, result.output
     saved = OmegaConf.load(run / ".hydra" / "config.yaml")
     assert saved.env.name == _preset(name)["from_run_env"] and saved.agent.name == "random"
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    from agentrl.models import load_tokenizer, model_config
+
+    return load_tokenizer(model_config(compose_config(["task=train"]).model))
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_answer_of_a_preset_fits_its_token_budget(name, smollm2_tokenizer):
+    """Under strict parsing an answer cut by `max_new_tokens` before its closing tag is invalid: every
+    action's answer (with `agent.cot`, the templated rationale listing every action first) must fit the
+    budget with the embedded model's tokenizer, the one these presets run."""
+    from agentrl.agents.llm import TextInterface, demonstration_answer, env_action_names, resolve_interface
+    from agentrl.envs import env_factory
+
+    cfg = compose_config(["task=train" if _trains(name) else "task=eval", f"experiment={name}"])
+    if (
+        cfg.agent.get("name", "llm") != "llm"
+        or cfg.model.name != "smollm2-135m"
+        or cfg.env.name == "datascicoding"
+    ):
+        pytest.skip("not an LLM preset on the embedded model with named actions")
+    env = env_factory(cfg.env)()
+    env.reset(seed=0)
+    names = env.valid_actions()  # the first state's list: the longest in these envs
+    resolved = resolve_interface(cfg.agent, env_action_names(cfg), smollm2_tokenizer, free_text=False)
+    interface = TextInterface.from_cfg(cfg.agent, prefill=resolved.prefill)
+    budget = resolved.max_new_tokens
+    for action in names:
+        answer = demonstration_answer(interface, action, names)
+        tokens = len(smollm2_tokenizer(answer, add_special_tokens=False).input_ids)
+        assert tokens <= budget, f"{name}: {answer!r} is {tokens} tokens, max_new_tokens={budget}"
