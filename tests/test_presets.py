@@ -208,6 +208,8 @@ def test_every_answer_of_a_preset_fits_its_token_budget(name, smollm2_tokenizer)
     interface = TextInterface.from_cfg(cfg.agent, prefill=resolved.prefill)
     budget = resolved.max_new_tokens
     for action in names:
-        answer = demonstration_answer(interface, action, names)
-        tokens = len(smollm2_tokenizer(answer, add_special_tokens=False).input_ids)
-        assert tokens <= budget, f"{name}: {answer!r} is {tokens} tokens, max_new_tokens={budget}"
+        # with `algo.state_facts` the rationale also states the env's facts (the RLFT runners' warm-ups)
+        for facts in (None, env.facts()):
+            answer = demonstration_answer(interface, action, names, facts)
+            tokens = len(smollm2_tokenizer(answer, add_special_tokens=False).input_ids)
+            assert tokens <= budget, f"{name}: {answer!r} is {tokens} tokens, max_new_tokens={budget}"
