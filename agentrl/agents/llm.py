@@ -58,10 +58,15 @@ class LLMAgent(Agent):
             normalizers([], [], score_normalization)  # an unknown normalisation fails here, not mid-run
 
     def configured(
-        self, *, sampling: SamplingConfig | None = None, invalid_penalty: float | None = None
+        self,
+        *,
+        sampling: SamplingConfig | None = None,
+        invalid_penalty: float | None = None,
+        decision: str | None = None,
     ) -> LLMAgent:
-        """The same policy (same backend and model) with other sampling settings or invalid-action
-        penalty: training rolls out and evaluates through two such views and never changes this one."""
+        """The same policy (same backend and model) with other sampling settings, invalid-action penalty or
+        decision rule: training rolls out and evaluates through two such views and never changes this one;
+        `algo.demonstrations=scored` plays through a scoring one."""
         interface = self.interface
         if invalid_penalty is not None:
             interface = dataclasses.replace(interface, invalid_penalty=float(invalid_penalty))
@@ -69,7 +74,7 @@ class LLMAgent(Agent):
             interface,
             self.backend,
             sampling or self.sampling,
-            decision=self.decision,
+            decision=decision or self.decision,
             score_normalization=self.score_normalization,
         )
 

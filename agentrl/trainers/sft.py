@@ -67,17 +67,10 @@ def teacher(cfg: DictConfig, policy: Any = None) -> Agent:
         return RandomAgent()
     if cfg.algo.demonstrations == "scored":
         from agentrl.agents.backends import SamplingConfig
-        from agentrl.agents.llm import LLMAgent
 
         if policy is None:
             raise ConfigError("algo.demonstrations=scored needs the model being trained (its LLM agent)")
-        return LLMAgent(
-            policy.interface,
-            policy.backend,
-            SamplingConfig(temperature=1.0),
-            decision="score",
-            score_normalization=policy.score_normalization,
-        )
+        return policy.configured(sampling=SamplingConfig(temperature=1.0), decision="score")
     from agentrl.config.schema import PlannerAgentConfig
 
     # the planner's own defaults (agent=planner's ucb_c, linucb_alpha), as `agentrl eval agent=planner` plays
