@@ -435,6 +435,64 @@ def test_random_start_begins_part_way_through_an_optimal_play():
         env.reset(seed=0, options={"random_start": 1.5})
 
 
+def test_count_start_moves_leaves_the_same_slack_from_every_start():
+    # the full lettuce salad takes 7 moves; with max_steps 8 every start leaves 1 move of slack
+    env = KitchenEnv(task="tomato_lettuce_salad", max_steps=8)
+    options = {"random_start": 1.0, "count_start_moves": True}
+    lefts = set()
+    for seed in range(60):
+        _, info = env.reset(seed=seed, options=options)
+        lefts.add(info["state"]["steps_left"])
+        # the optimal play from there ends with one move to spare
+        done = truncated = False
+        while not (done or truncated):
+            action = optimal_actions(env._recipe_set, env.kitchen, env.max_steps - env.steps_taken)[0]
+            _, _, done, truncated, info = env.step(action)
+        assert info["success"] and env.max_steps - env.steps_taken == 1
+        # one wasted move then the optimal play still fits; a second does not
+        for wasted, succeeds in ((1, True), (2, False)):
+            env.reset(seed=seed, options=options)
+            for _ in range(wasted):
+                _, _, done, truncated, info = env.step("chop the onion")  # a no-op: the onion is never held
+            while not (done or truncated):
+                action = optimal_actions(env._recipe_set, env.kitchen, env.max_steps - env.steps_taken)[0]
+                _, _, done, truncated, info = env.step(action)
+            assert info["success"] == succeeds
+    assert lefts == {2, 3, 4, 5, 6, 7}  # k = 1..6 moves already played of the 8
+    # without the option a late start has the whole budget
+    assert env.reset(seed=0, options={"random_start": 1.0})[1]["state"]["steps_left"] == 8
+    with pytest.raises(ConfigError, match="count_start_moves must be true or false"):
+        env.reset(seed=0, options={"random_start": 1.0, "count_start_moves": "yes"})
+
+
+def test_count_start_moves_is_a_training_curriculum_option_of_the_kitchen_only():
+    from agentrl.trainers.multistep import _train_env
+
+    cfg = compose_config(
+        [
+            "env=kitchen",
+            "algo=poad",
+            "algo.curriculum.random_start=0.5",
+            "algo.curriculum.count_start_moves=true",
+        ]
+    )
+    _, options = _train_env(cfg, typed(cfg.algo))
+    assert options == {"random_start": 0.5, "count_start_moves": True}
+    alone = compose_config(["env=kitchen", "algo=poad", "algo.curriculum.count_start_moves=true"])
+    with pytest.raises(ConfigError, match="needs algo.curriculum.random_start > 0"):
+        _train_env(alone, typed(alone.algo))
+    lake = compose_config(
+        [
+            "env=frozenlake",
+            "algo=msgrpo",
+            "algo.curriculum.random_start=0.5",
+            "algo.curriculum.count_start_moves=true",
+        ]
+    )
+    with pytest.raises(ConfigError, match="count_start_moves needs an env whose part-way starts are moves"):
+        _train_env(lake, typed(lake.algo))
+
+
 # ---- actions="feasible": each state lists the actions that do something ---------------------------
 def test_feasible_lists_the_actions_that_do_something_in_each_state():
     env = KitchenEnv(task="tomato_salad", actions="feasible")

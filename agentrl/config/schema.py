@@ -769,7 +769,16 @@ class CurriculumConfig(Schema):
     standard task with its standard reward)."""
 
     random_start: float = setting(
-        0.0, "FrozenLake: probability that a training episode starts on a random safe cell", ge=0, le=1
+        0.0,
+        "probability that a training episode starts part-way (FrozenLake: on a random safe cell; kitchen: "
+        "after the first k moves of an optimal play)",
+        ge=0,
+        le=1,
+    )
+    count_start_moves: bool = setting(
+        False,
+        "kitchen: a part-way start's moves count against algo.max_steps, so every start leaves the same "
+        "slack over the optimal play (needs random_start > 0)",
     )
     approach_reward: float = setting(
         0.0,

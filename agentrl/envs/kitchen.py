@@ -30,7 +30,10 @@ delivery then clears the plate.
 The reset seed only shuffles the order in which the counter lists its ingredients; the dynamics are
 deterministic given the actions. Reset option ``random_start`` (a probability, training curricula only):
 the episode starts after the first k moves of an optimal play, k uniform in 1..3n for a recipe of n
-ingredients (so the delivery is always left to do); the subtask rewards of those moves count as paid. The rules live here as plain functions (`transition`) so the planner
+ingredients (so the delivery is always left to do); the subtask rewards of those moves count as paid.
+Reset option ``count_start_moves`` (bool, with ``random_start``): those k moves also count against
+``max_steps``, so every start leaves the same slack over the optimal play (``max_steps`` minus its length)
+instead of more the later the start. The rules live here as plain functions (`transition`) so the planner
 (`optimal_actions`, used by agents/planning_kitchen.py) runs the env's own dynamics.
 """
 
@@ -218,7 +221,7 @@ class KitchenEnv(TextEnv):
 
     name = "kitchen"
     action_names = list(ACTION_NAMES)
-    reset_option_names = ("random_start",)
+    reset_option_names = ("random_start", "count_start_moves")
 
     def __init__(
         self,
@@ -257,8 +260,15 @@ class KitchenEnv(TextEnv):
         self.wrong_deliveries = 0
         self.message = ""
         random_start = reset_probability(self.name, "random_start", options.get("random_start", 0.0))
+        count = options.get("count_start_moves", False)
+        if not isinstance(count, bool):
+            raise ConfigError(f"kitchen reset option count_start_moves must be true or false, got {count!r}")
         if random_start > 0 and self.np_random.random() < random_start:
-            self._play_optimally(int(self.np_random.integers(1, 3 * len(self.recipe) + 1)))
+            moves = int(self.np_random.integers(1, 3 * len(self.recipe) + 1))
+            self._play_optimally(moves)
+            if count:
+                # the agent always keeps at least one action
+                self.steps_taken = min(moves, self.max_steps - 1)
 
     def _play_optimally(self, moves: int) -> None:
         """Advance the kitchen by `moves` optimal moves (a curriculum start; no reward is paid for them)."""

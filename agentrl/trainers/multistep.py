@@ -269,15 +269,25 @@ def _train_env(cfg: DictConfig, algo: Any) -> tuple[Any, dict[str, Any] | None]:
             )
         train_env_cfg["approach_reward"] = algo.curriculum.approach_reward
     train_env = env_factory(train_env_cfg)
+    count = algo.curriculum.count_start_moves
     if algo.curriculum.random_start <= 0:
+        if count:
+            raise ConfigError("algo.curriculum.count_start_moves=true needs algo.curriculum.random_start > 0")
         return train_env, None
     probe = train_env()
-    if "random_start" not in probe.reset_option_names:
+    names = probe.reset_option_names
+    probe.close()
+    if "random_start" not in names:
         raise ConfigError(
             f"algo.curriculum.random_start needs an env with a random start; {cfg.env.name} has none"
         )
-    probe.close()
-    return train_env, {"random_start": algo.curriculum.random_start}
+    if count and "count_start_moves" not in names:
+        raise ConfigError(
+            f"algo.curriculum.count_start_moves needs an env whose part-way starts are moves (kitchen); "
+            f"{cfg.env.name} has none"
+        )
+    options = {"random_start": algo.curriculum.random_start}
+    return train_env, {**options, "count_start_moves": True} if count else options
 
 
 def _build_trainer(
