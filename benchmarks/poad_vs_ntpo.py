@@ -3,9 +3,10 @@ side by side on the CPU: the same preset (`experiment=kitchen_learn`), seed and 
 process per algorithm started together, one torch thread each, so machine noise hits all three alike.
 
 Each run evaluates its greedy policy on the standard task every `algo.eval_every` iterations. The script
-reports, per algorithm: minutes and iterations to the first greedy eval with success >= the target, the
-final greedy success and return, and the NTPO/POAD and MS-GRPO/POAD ratios of iterations (and minutes) to
-the target; it writes `summary.json`, `summary.md` and `learning_curves.png` into `--out`.
+reports, per algorithm: minutes and iterations to the first greedy eval with success >= the target and to
+the first from which every later eval stays there ("held from"), the final greedy success and return, and
+the NTPO/POAD and MS-GRPO/POAD ratios of iterations (and minutes) to the target; it writes `summary.json`,
+`summary.md` and `learning_curves.png` into `--out`.
 
     .venv/bin/python benchmarks/poad_vs_ntpo.py                        # 30 minutes each, side by side
     .venv/bin/python benchmarks/poad_vs_ntpo.py --minutes 10 --algos poad ntpo
@@ -135,6 +136,18 @@ def first_at(points: list[tuple], target: float) -> tuple[int | None, float | No
     return None, None
 
 
+def held_from(points: list[tuple], target: float) -> tuple[int | None, float | None]:
+    """The first greedy eval from which every later one is at the target too (None when the last is not):
+    a policy that reaches the target once and loses it again has not learned the task."""
+    held: tuple[int | None, float | None] = (None, None)
+    for iteration, minutes, success, _ in points:
+        if success < target:
+            held = (None, None)
+        elif held[0] is None:
+            held = (iteration, minutes)
+    return held
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
@@ -159,6 +172,7 @@ def summarize(out: Path, algos: list[str], target: float, warmup_minutes: float 
     task, optimal = task_of(out, algos)
     for data in runs.values():
         data["target_iteration"], data["target_minutes"] = first_at(data["points"], target)
+        data["held_iteration"], data["held_minutes"] = held_from(data["points"], target)
     previous = out / "summary.json"
     if warmup_minutes is None and previous.is_file():  # --summarize keeps what the run measured
         warmup_minutes = json.loads(previous.read_text()).get("warmup_minutes")
@@ -172,6 +186,9 @@ def summarize(out: Path, algos: list[str], target: float, warmup_minutes: float 
                 summary[f"{other}/poad_minutes"] = ratio(
                     runs[other]["target_minutes"], runs["poad"]["target_minutes"]
                 )
+                summary[f"{other}/poad_held_iterations"] = ratio(
+                    runs[other]["held_iteration"], runs["poad"]["held_iteration"]
+                )
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     lines = [
         f"# {' vs '.join(NAMES[a] for a in runs)}, kitchen {task.replace('_', ' ')} (target greedy success >= {target})",
@@ -184,17 +201,28 @@ def summarize(out: Path, algos: list[str], target: float, warmup_minutes: float 
             if warmup_minutes is not None
             else []
         ),
-        "| algo | iterations | minutes | s/iteration | to target (iterations) | to target (minutes) |"
-        " final success | final return | untagged_rate |",
+        "| algo | iterations | minutes | s/iteration | first at target (iteration, minutes) |"
+        " held from (iteration, minutes) | final success | final return | untagged_rate |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def when(iteration: int | None, minutes: float | None) -> str:
+        return "-" if iteration is None else f"{iteration}, {minutes:.1f}"
+
     for name, d in runs.items():
-        to_target = "-" if d["target_minutes"] is None else f"{d['target_minutes']:.1f}"
         lines.append(
-            f"| {name} | {d['iterations']} | {d['minutes']:.1f} | {d['iteration_s']:.0f} | {d['target_iteration']} |"
-            f" {to_target} | {d['final_success']} | {d['final_return']} | {d['final_untagged']} |"
+            f"| {name} | {d['iterations']} | {d['minutes']:.1f} | {d['iteration_s']:.0f} |"
+            f" {when(d['target_iteration'], d['target_minutes'])} | {when(d['held_iteration'], d['held_minutes'])} |"
+            f" {d['final_success']} | {d['final_return']} | {d['final_untagged']} |"
         )
-    for key in ("ntpo/poad_iterations", "ntpo/poad_minutes", "msgrpo/poad_iterations", "msgrpo/poad_minutes"):
+    for key in (
+        "ntpo/poad_iterations",
+        "ntpo/poad_minutes",
+        "ntpo/poad_held_iterations",
+        "msgrpo/poad_iterations",
+        "msgrpo/poad_minutes",
+        "msgrpo/poad_held_iterations",
+    ):
         if key in summary:
             lines.append(f"\n{key}: {summary[key]}")
     (out / "summary.md").write_text("\n".join(lines) + "\n")

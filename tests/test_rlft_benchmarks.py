@@ -524,10 +524,10 @@ def test_kitchen_policy_reads_every_valid_answer_along_the_optimal_play(tmp_path
 
 def test_kitchen_summary_reads_the_task_and_the_time_to_target(tmp_path: Path) -> None:
     """poad_vs_ntpo.py's summary: the task and its optimal return from the runs' saved config, the first
-    greedy eval at the target per algorithm, and the NTPO/POAD ratios."""
+    greedy eval at the target per algorithm, the first from which it stays there, and the NTPO/POAD ratios."""
     import poad_vs_ntpo
 
-    for algo, evals in {"poad": [0.0, 1.0, 1.0], "ntpo": [0.0, 0.0, 1.0]}.items():
+    for algo, evals in {"poad": [0.0, 1.0, 1.0, 1.0], "ntpo": [1.0, 0.0, 1.0, 1.0]}.items():
         run = tmp_path / algo
         (run / ".hydra").mkdir(parents=True)
         (run / ".hydra" / "config.yaml").write_text("env:\n  name: kitchen\n  task: tomato_lettuce_salad\n")
@@ -544,9 +544,12 @@ def test_kitchen_summary_reads_the_task_and_the_time_to_target(tmp_path: Path) -
     assert poad_vs_ntpo.task_of(tmp_path, ["poad"]) == ("tomato_lettuce_salad", pytest.approx(1.793))
     summary = poad_vs_ntpo.summarize(tmp_path, ["poad", "ntpo"], 0.8)
     assert summary["task"] == "tomato_lettuce_salad"
-    assert (
-        summary["runs"]["poad"]["target_iteration"] == 4 and summary["runs"]["ntpo"]["target_iteration"] == 6
-    )
-    assert summary["ntpo/poad_iterations"] == pytest.approx(1.5)
+    poad, ntpo = summary["runs"]["poad"], summary["runs"]["ntpo"]
+    # NTPO reaches the target first but loses it again: it holds it only from its third eval
+    assert poad["target_iteration"] == 4 and ntpo["target_iteration"] == 2
+    assert poad["held_iteration"] == 4 and ntpo["held_iteration"] == 6
+    assert summary["ntpo/poad_iterations"] == pytest.approx(0.5)
+    assert summary["ntpo/poad_held_iterations"] == pytest.approx(1.5)
+    assert poad_vs_ntpo.held_from([(2, 1.0, 1.0, 0.0), (4, 2.0, 0.0, 0.0)], 0.8) == (None, None)
     assert "kitchen tomato lettuce salad" in (tmp_path / "summary.md").read_text()
     assert (tmp_path / "learning_curves.png").is_file()
