@@ -286,8 +286,10 @@ def _train_env(cfg: DictConfig, algo: Any) -> tuple[Any, dict[str, Any] | None]:
             f"algo.curriculum.count_start_moves needs an env whose part-way starts are moves (kitchen); "
             f"{cfg.env.name} has none"
         )
-    options = {"random_start": algo.curriculum.random_start}
-    return train_env, {**options, "count_start_moves": True} if count else options
+    options: dict[str, Any] = {"random_start": algo.curriculum.random_start}
+    if count:
+        options["count_start_moves"] = True
+    return train_env, options
 
 
 def _build_trainer(
