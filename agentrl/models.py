@@ -456,6 +456,10 @@ def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = Fal
         "dtype": dtype,
         "trust_remote_code": model_cfg.trust_remote_code,
         "attn_implementation": attn,
+        # transformers enables Hub kernels by default whenever `kernels` is installed (one of its own
+        # dependencies) and fetches them when the model first runs train()/eval() on a GPU: offline that
+        # is a crash, online it is code that no test of ours ran
+        "use_kernels": model_cfg.hub_kernels,
     }
     device_map = model_cfg.device_map
     if device_map:  # sharded over several GPUs by accelerate; `device` is then ignored

@@ -444,7 +444,9 @@ def _run_child(payload: bytes, limits: SandboxLimits, mode: str) -> SandboxResul
         cwd, popen_env = "/", {"PATH": os.defpath}  # bwrap's own environment (its /proc/1/environ): empty
     else:
         workdir = os.path.realpath(tempfile.mkdtemp(prefix="agentrl-sandbox-"))
-        argv, cwd = [sys.executable, "-I", _CHILD_SCRIPT, str(result_write)], workdir
+        # -B: an uncompiled module (a pip --no-compile install) would otherwise write its .pyc beside
+        # itself, outside the sandbox directory, which the audit hook refuses
+        argv, cwd = [sys.executable, "-I", "-B", _CHILD_SCRIPT, str(result_write)], workdir
         popen_env = _child_env(workdir)
     try:
         proc = subprocess.Popen(

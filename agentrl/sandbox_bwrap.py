@@ -263,4 +263,5 @@ def bwrap_command(
         args += ["--setenv", name, value]
     if seccomp is not None:
         args += ["--seccomp", str(seccomp)]
-    return [*args, "--", python_executable(), "-I", CHILD_PATH, *child_args]
+    # -B: no bytecode written anywhere (the interpreter would try beside each uncompiled module)
+    return [*args, "--", python_executable(), "-I", "-B", CHILD_PATH, *child_args]

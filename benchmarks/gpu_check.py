@@ -506,10 +506,13 @@ def vllm_logits_check(model: Any, trainer: Any, tolerance: float = 0.1) -> dict[
     return {"max_logprob_gap_before_sync": stale, "max_logprob_gap_after_sync": synced, "failures": failures}
 
 
-def run_suite(model_dir: Path, work: Path, args: argparse.Namespace, peak: float | None) -> dict[str, Any]:
+def run_suite(
+    model_dir: Path, work: Path, args: argparse.Namespace, peak: float | None, on_check: Any = None
+) -> dict[str, Any]:
     """The suite's checks: the training runs of SUITE_RUNS, one process with every visible GPU, and vLLM
     colocate with a weight sync checked by logits. A check that cannot run here, or that the time budget
-    no longer allows, is skipped with the reason."""
+    no longer allows, is skipped with the reason. `on_check(results)` runs after each check, so a run
+    killed at a machine's time limit still leaves the checks it finished on disk."""
     import torch
 
     cuda = args.device.startswith("cuda")
@@ -538,6 +541,8 @@ def run_suite(model_dir: Path, work: Path, args: argparse.Namespace, peak: float
         if cuda:
             gc.collect()
             torch.cuda.empty_cache()
+        if on_check is not None:
+            on_check(results)
 
     def train(name: str, mode: str, extra: tuple[str, ...], post_check: Any = None) -> None:
         guarded(
@@ -694,6 +699,8 @@ def main(argv: list[str] | None = None) -> int:
         "attn_implementation": args.attn,
         "gradient_checkpointing": args.gradient_checkpointing,
         "iterations": args.iterations,
+        "group_size": args.group_size,  # None: gpu_check's default (8; tiny 4)
+        "groups": args.groups,  # None: 2
         "overrides": args.overrides,
         "out": str(args.out),
         "runs": {},
@@ -710,7 +717,18 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         if args.suite:
-            summary["runs"] = run_suite(model_dir, Path(tmp), args, peak)
+
+            def write_partial(results: dict[str, Any]) -> None:
+                partial = {
+                    **summary,
+                    "runs": results,
+                    "partial": True,
+                    "total_s": time.perf_counter() - start,
+                }
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(partial, indent=2) + "\n")
+
+            summary["runs"] = run_suite(model_dir, Path(tmp), args, peak, on_check=write_partial)
             failures = [f for run in summary["runs"].values() for f in run["failures"]]
         for mode in [] if args.suite else args.runs:
             try:

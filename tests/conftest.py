@@ -6,6 +6,11 @@ import os
 
 import pytest
 
+# The suite is written for the CPU (trainers built for "cpu", gloo process groups, CPU numerics): on a
+# machine with a GPU it still tests that, and the GPU path is checked by benchmarks/gpu_check.py
+# (docs/gpu.md). AGENTRL_TEST_CUDA=1 leaves the GPUs visible.
+if os.environ.get("AGENTRL_TEST_CUDA") != "1":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ.setdefault("AGENTRL_NO_PROGRESS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["COLUMNS"] = "220"  # rich tables unwrapped, so tests can find cell text

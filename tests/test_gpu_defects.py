@@ -419,3 +419,24 @@ def test_an_empty_iteration_moves_no_weight_under_deepspeed(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["deepspeed"] and result["sums"][1] == result["sums"][0]
+
+
+def test_hub_kernels_stay_off_unless_asked(tmp_path):
+    """transformers turns Hub kernels on whenever the `kernels` package is installed and downloads them
+    the first time a model on a GPU runs train()/eval(); on a machine without internet that crashed
+    every GPU run. The policy and TRL's reference model load with `use_kernels=model.hub_kernels`."""
+    from agentrl.config import typed
+    from agentrl.models import load_model
+    from agentrl.trainers.settings import grpo_config
+
+    cfg = _cfg()
+    assert cfg.model.hub_kernels is False
+    model, _ = load_model(typed(cfg.model), device="cpu", for_training=True)
+    assert model.use_kernels is False  # transformers' own default here is True
+    kl = typed(_cfg("algo.beta=0.04").algo)  # a KL term: TRL loads a reference model (full fine-tuning)
+    assert grpo_config(kl, tmp_path, "cpu", 0).model_init_kwargs["use_kernels"] is False
+    on = _cfg("model.hub_kernels=true")
+    assert grpo_config(kl, tmp_path, "cpu", 0, hub_kernels=on.model.hub_kernels).model_init_kwargs[
+        "use_kernels"
+    ]
+    assert grpo_config(typed(cfg.algo), tmp_path, "cpu", 0).model_init_kwargs is None  # no reference model

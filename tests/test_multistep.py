@@ -85,7 +85,11 @@ def test_training_seeds_are_deterministic_distinct_and_below_eval_range():
 
 # ---- one update: what it does to the weights -----------------------------------------------------------
 def one_update(
-    tmp_path: Any, samples: list[StepSample], *overrides: str, first: list[StepSample] | None = None
+    tmp_path: Any,
+    samples: list[StepSample],
+    *overrides: str,
+    first: list[StepSample] | None = None,
+    max_batch_tokens: int | str | None = None,
 ) -> tuple[Any, dict, dict]:
     """Run one optimizer step on fixed rows (after one on `first`, when given); return (model, weights
     before, weights after) of that step."""
@@ -116,6 +120,7 @@ def one_update(
         train_dataset=Dataset.from_dict({"prompt": ["x"] * 4}),
         processing_class=tokenizer,
         collect=lambda iteration: (list(samples if iteration == iterations - 1 else first), {}),
+        max_batch_tokens=max_batch_tokens,
     )
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
@@ -154,6 +159,42 @@ def test_update_with_nonzero_advantages_changes_every_trainable_parameter(tmp_pa
     _, before, after = one_update(tmp_path, rows([1.0, -1.0, 0.5, -0.5]))
     unchanged = [n for n in before if torch.equal(before[n], after[n])]
     assert unchanged == []
+
+
+def test_auto_budget_splits_plain_forwards_by_padded_tokens_with_the_same_update(tmp_path, monkeypatch):
+    """Where the shared-prefix kernel does not run (CUDA, several processes) every row runs its whole
+    padded prompt with gradients: `algo.max_batch_tokens=auto` cuts a micro-batch into passes whose
+    rows x padded width fit the activation budget, and the update equals the unsplit one."""
+    import agentrl.trainers.grpo_trainer as grpo_trainer
+    from agentrl.trainers import settings
+
+    samples = rows([1.0, -1.0, 0.5, -0.5])
+    _, _, whole = one_update(tmp_path / "whole", samples)
+    passes: list[int] = []
+    split = grpo_trainer.split_by_tokens
+
+    def counted(*args: Any, **kwargs: Any) -> list:
+        parts = split(*args, **kwargs)
+        passes.append(len(parts))
+        return parts
+
+    monkeypatch.setattr(grpo_trainer, "kernel_applies", lambda device, processes: False)
+    monkeypatch.setattr(grpo_trainer, "split_by_tokens", counted)
+    monkeypatch.setattr(settings, "auto_token_budget", lambda free, vocab, fraction=0.2: 10**6)
+    # room for the activations of one 34-token row a pass (31 prompt + 3 completion), not two
+    monkeypatch.setattr(settings, "activation_bytes_per_token", lambda model: 1)
+    monkeypatch.setattr(
+        settings, "free_memory_bytes", lambda device: int(50 / settings.AUTO_ACTIVATION_FRACTION)
+    )
+    _, _, cut = one_update(tmp_path / "cut", samples, max_batch_tokens="auto")
+    assert passes == [2, 2]  # two micro-batches of two rows, each run one row a pass
+    # Adam's first step moves each element by ~lr (1e-3) whatever its gradient's size, so an element whose
+    # gradient is near Adam's eps moves by a rounding-sensitive amount: every element within lr/10, and
+    # nearly all within 1e-6
+    far = sum(int((~torch.isclose(cut[n], v, rtol=0, atol=1e-6)).sum()) for n, v in whole.items())
+    assert far < 1e-4 * sum(v.numel() for v in whole.values()), far
+    for name, value in whole.items():
+        torch.testing.assert_close(cut[name], value, rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])

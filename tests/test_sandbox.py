@@ -66,6 +66,26 @@ def test_numpy_code_runs_and_may_use_its_own_directory(mode):
         assert not os.path.exists(workdir)  # removed afterwards
 
 
+def test_the_child_interpreter_writes_no_bytecode(monkeypatch):
+    """Packages installed without compiling (`pip install --no-compile`, a bare GPU image's numpy) have no
+    __pycache__: the child interpreter runs with -B in both modes, so an allowed import writes nothing
+    beside the package (outside the sandbox directory, which the unsafe-local child refuses: "os.mkdir on
+    .../numpy/__pycache__ is not allowed")."""
+    from agentrl import sandbox_bwrap
+
+    argv = sandbox_bwrap.bwrap_command("child.py", {}, 64, None, ["out"])
+    assert argv[argv.index("--") + 1 :][1:3] == ["-I", "-B"]
+    seen: list[list[str]] = []
+
+    def refuse(args, **kwargs):
+        seen.append(list(args))
+        raise OSError("not started")
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", refuse)
+    run_function("def f():\n    return 1\n", "f", limits=FAST, mode="unsafe-local")
+    assert seen and seen[0][1:3] == ["-I", "-B"]
+
+
 def test_arrays_go_in_and_an_array_comes_back():
     code = "def f(X, y):\n    return X * 2 + y[:, None]\n"
     model = (

@@ -706,6 +706,11 @@ class ModelConfig(Schema):
         choices=("sdpa", "eager", "flash_attention_2"),
     )
     trust_remote_code: bool = setting(False, "allow model code from the hub")
+    hub_kernels: bool = setting(
+        False,
+        "transformers' Hub kernels (package kernels): true swaps layers for kernels downloaded from the"
+        " Hub when the model is loaded or moved to a GPU (needs the Hub or its cache)",
+    )
     prefix_cache: bool = setting(
         True, "hf backend: reuse the shared prompt head's KV states across rows and calls"
     )
@@ -835,8 +840,9 @@ class LLMAlgoConfig(Schema):
         "auto",
         "memory bound: a micro-batch above this many padded tokens (rows x prompt+completion width) runs as "
         "several forward/backward passes with the same gradient; auto: as many LM-head positions (rows x "
-        "completion width) as a fifth of the free memory holds logits for (fp32, with their gradients); "
-        "null: no bound",
+        "completion width) as a fifth of the free memory holds logits for (fp32, with their gradients), "
+        "and tokens run with gradients (the shared-prefix kernel's distinct prompts and completions on a "
+        "CPU; padded tokens elsewhere) whose activations fill 30% of it; null: no bound",
     )
     memory_share: float = setting(
         1.0,

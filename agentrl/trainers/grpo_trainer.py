@@ -19,9 +19,10 @@ pinned in pyproject because these move):
   pre-optimizer-step hook; checkpoints carry its state (`value_head_optimizer.pt`).
 - `training_step`: with `algo.max_batch_tokens`, a micro-batch above the budget runs as several
   forward/backward passes (`split_by_tokens`); the gradient is the same. The default `auto` bounds the
-  LM-head positions per pass by free memory and vocabulary (`settings.resolve_max_batch_tokens`) and,
-  where the shared-prefix kernel runs, the tokens it runs with gradients per pass (each distinct prompt
-  once, every completion) by free memory and layer sizes (`settings.auto_prompt_budget`).
+  LM-head positions per pass by free memory and vocabulary (`settings.resolve_max_batch_tokens`) and the
+  tokens run with gradients per pass by free memory and layer sizes (`settings.auto_prompt_budget`):
+  where the shared-prefix kernel runs, each distinct prompt once and every completion; elsewhere (CUDA,
+  several processes) every row's padded prompt and completion.
 - `log`: adds the iteration's rollout metrics to TRL's averaged loss statistics.
 - `_save_checkpoint` (trainers/checkpoints.py): writes `checkpoint-<iteration>/` atomically with a
   manifest of its files (written last; resume checks it), then prunes old ones.
@@ -136,14 +137,18 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
         self.max_batch_tokens = resolve_max_batch_tokens(
             max_batch_tokens, self.model, str(self.args.device), memory_share
         )
-        # where the shared-prefix kernel runs, "auto" also bounds its activations: rows whose prompts all
-        # differ (random maps, long histories) would otherwise run hundreds of prompts with gradients at once
-        self.prompt_budget = (
-            auto_prompt_budget(self.model, str(self.args.device), share=memory_share)
+        # "auto" also bounds the activations a pass keeps for its backward: where the shared-prefix kernel
+        # runs, the distinct prompts and completions (rows whose prompts all differ, random maps or long
+        # histories, would otherwise run hundreds of prompts with gradients at once); elsewhere every
+        # row's padded prompt and completion
+        kernel = kernel_applies(self.args.device.type, self.accelerator.num_processes)
+        activations = (
+            auto_prompt_budget(self.model, str(self.args.device), share=memory_share, kernel=kernel)
             if max_batch_tokens == "auto"
-            and kernel_applies(self.args.device.type, self.accelerator.num_processes)
             else None
         )
+        self.prompt_budget = activations if kernel else None
+        self.padded_budget = None if kernel else activations
         self.gather_fraction = gather_fraction(self.model) if self.prompt_budget else 0.0
         self.head_optimizer, self.head_scheduler = head_optimizer(actor_critic, self.args)
         self._train_logps: torch.Tensor | None = None  # the last training forward's log-probs (for the KL)
@@ -193,6 +198,7 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
             self.budget_completions_only,
             self.prompt_budget,
             self.gather_fraction,
+            self.padded_budget,
         )
         # every process runs as many passes as the one that needs most (each pass holds collectives)
         parts += [blank_rows(parts[-1])] * (int(dist.all_max(len(parts))) - len(parts))

@@ -162,7 +162,7 @@ def _load_policy(cfg: DictConfig, algo: Any, run_dir: Path) -> LoadedPolicy:
     dtype = "bfloat16" if precision == "bf16-pure" or lora_base else "float32"
     # TRL's config first: under ZeRO-3 (and FSDP's RAM-efficient loading) building it tells transformers
     # to load the weights already sharded, instead of a full copy per process
-    args = grpo_config(algo, run_dir, device, int(cfg.seed), precision)
+    args = grpo_config(algo, run_dir, device, int(cfg.seed), precision, model_cfg.hub_kernels)
     model, tokenizer = load_model(dataclasses.replace(model_cfg, dtype=dtype), for_training=True)
     log.info("Precision: %s (weights %s)", precision, dtype)
     log.info("Trainable parameters: %d", freeze_layers(model, algo.trainable_layers))

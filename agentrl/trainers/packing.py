@@ -105,6 +105,7 @@ def split_by_tokens(
     completions_only: bool = False,
     prompt_budget: int | None = None,
     gather_fraction: float = 0.0,
+    padded_budget: int | None = None,
 ) -> list[dict[str, Any]]:
     """A packed micro-batch as consecutive row chunks of at most `budget` padded tokens each (rows x
     (prompt + completion width), times the candidates of action-level rows; `completions_only`: rows x
@@ -112,7 +113,9 @@ def split_by_tokens(
     budget is a chunk of its own. `prompt_budget` also bounds what the shared-prefix kernel runs with
     gradients in one pass: each distinct prompt's tokens once, plus every row's completion tokens, plus
     `gather_fraction` of a token for each prompt token that a row (each of its candidates) attends over
-    from its own copy of the prompt's KV cache (rows with more than one answer token). Values
+    from its own copy of the prompt's KV cache (rows with more than one answer token). `padded_budget`
+    bounds what a plain forward runs with gradients in one pass, where every row runs its own padded
+    prompt: rows x (prompt + completion width) x candidates. Values
     that are not per row (`num_items_in_batch`) are shared, so the chunks' losses add up to the
     micro-batch's."""
     prompt_mask, completion_mask = batch["prompt_mask"], batch["completion_mask"]
@@ -141,6 +144,7 @@ def split_by_tokens(
         adds = (prompt_len[row] if new_prompt else 0) + completion_len[row] * candidates[row] + copies
         over = (row - start + 1) * (c if completions_only else p + c) * k > budget
         over = over or (prompts is not None and run_tokens + adds > prompt_budget)
+        over = over or (padded_budget is not None and (row - start + 1) * (p + c) * k > padded_budget)
         if row > start and over:
             chunks.append((start, row))
             start, p, c, k = row, prompt_len[row], completion_len[row], candidates[row]

@@ -90,21 +90,29 @@ def gather_fraction(model: Any) -> float:
 
 
 def auto_prompt_budget(
-    model: Any, device: str, fraction: float = AUTO_ACTIVATION_FRACTION, share: float = 1.0
+    model: Any,
+    device: str,
+    fraction: float = AUTO_ACTIVATION_FRACTION,
+    share: float = 1.0,
+    kernel: bool = True,
 ) -> int:
-    """`algo.max_batch_tokens=auto` where the shared-prefix kernel runs (a CPU, one process): tokens run
-    with gradients per pass (each distinct prompt once, every completion, and every row's copy of its
-    prompt at `gather_fraction` of a token) whose activations fill `fraction` of `share` of the free
-    memory. Rows that share their prompt (a fixed map) count it once, plus their copies when their
-    answers have several tokens; rows that all differ (random maps, long histories) are cut into passes
-    that fit (at least one row a pass)."""
+    """`algo.max_batch_tokens=auto`: tokens run with gradients per pass whose activations fill
+    `fraction` of `share` of the free memory (at least one row a pass). Where the shared-prefix kernel
+    runs (`kernel`: a CPU, one process) they are each distinct prompt once, every completion, and every
+    row's copy of its prompt at `gather_fraction` of a token: rows that share their prompt (a fixed map)
+    count it once, rows that all differ (random maps, long histories) are cut into passes that fit.
+    Elsewhere (CUDA, several processes) every row runs its own padded prompt, and the budget bounds
+    rows x padded width: a 3B model keeps ~4 MB a token, so one pass over 128 episodes' steps would not
+    fit on any GPU."""
     free = int(free_memory_bytes(device) * share)
     per_token = activation_bytes_per_token(model)
     budget = max(1, int(free * fraction) // per_token)
+    what = "distinct prompt and completion tokens" if kernel else "padded prompt and completion tokens"
     log.info(
-        "algo.max_batch_tokens=auto: at most %d distinct prompt and completion tokens per pass with "
+        "algo.max_batch_tokens=auto: at most %d %s per pass with "
         "gradients (%.1f GiB free%s, ~%.2f MB of activations a token: %.0f%% of it)",
         budget,
+        what,
         free / 2**30,
         _share_note(share),
         per_token / 1e6,
@@ -157,7 +165,18 @@ def cpu_precision_shapes(model_cfg: Any, algo: Any, device: str, world: int) -> 
     return model_shapes(model_cfg) if algo.precision == "auto" and world == 1 else None
 
 
-def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str = "fp32") -> GRPOConfig:
+def _reference_init(algo: Any, hub_kernels: bool) -> dict[str, Any] | None:
+    """`model_init_kwargs` for the reference model TRL loads itself (a KL term, full fine-tuning); None
+    without a KL term, where TRL warns that they are ignored."""
+    if not algo.beta:
+        return None
+    dtype = getattr(algo, "ref_dtype", None)
+    return {"use_kernels": hub_kernels, **({"dtype": dtype} if dtype else {})}
+
+
+def grpo_config(
+    algo: Any, run_dir: Path, device: str, seed: int, precision: str = "fp32", hub_kernels: bool = False
+) -> GRPOConfig:
     """TRL GRPOConfig from the typed algo config: one optimizer step per iteration, no TRL-side logging."""
     scheduler = algo.lr_scheduler
     if scheduler == "constant" and algo.warmup_steps > 0:
@@ -204,8 +223,9 @@ def grpo_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str
         # DDP: every trainable parameter takes part in each forward (frozen layers do not require grad)
         ddp_find_unused_parameters=False,
         ddp_timeout=dist.PROCESS_GROUP_TIMEOUT_S,  # the process group already has it (ensure_process_group)
-        # TRL builds its reference model (beta > 0, full fine-tuning) with these, else in the policy's dtype
-        model_init_kwargs={"dtype": algo.ref_dtype} if getattr(algo, "ref_dtype", None) else None,
+        # TRL builds its reference model (beta > 0, full fine-tuning) with these, else in the policy's
+        # dtype; Hub kernels as the policy has them (model.hub_kernels)
+        model_init_kwargs=_reference_init(algo, hub_kernels),
     )
     if cuda and not dist.launched():
         dist.pin_one_device(args, device)
