@@ -157,8 +157,15 @@ def from_run_overrides(trained: TrainedModel, extra: list[str], env: str | None 
         previous = [o for o in previous if not under(override_key(o), ("agent", "model"))]
         derived = ["agent=dqn", f"agent.path={quote(trained.path)}"]
     else:
+        from agentrl.algos import LLM_ALGORITHMS
+
         algo = run.config.algo
         derived = [f"model.name_or_path={quote(trained.path)}"]
+        spec = LLM_ALGORITHMS.get(str(run.algo))
+        if spec is not None and spec.decision != "generate":
+            # the trainer set it at run time (TWOSOME scores the valid actions); the saved config keeps
+            # the agent's own setting, under which the trained policy would be asked to generate
+            derived.append(f"agent.decision={spec.decision}")
         if algo.get("eval_temperature") is not None:
             derived.append(f"agent.sampling.temperature={float(algo.eval_temperature)}")
         if algo.get("max_new_tokens") is not None:

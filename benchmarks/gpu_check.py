@@ -39,7 +39,7 @@ Writes one JSON summary (`--out`, default gpu_check.json) and prints a table. Ex
 passed; 1 a check failed (each failure is printed on a `gpu_check FAILED:` line and listed under
 "failures" in the JSON); 2 the machine cannot run it (no CUDA device for --device cuda).
 
-    python benchmarks/gpu_check.py --suite --out gpu_check.json  # every check (one GPU, under 9 min)
+    python benchmarks/gpu_check.py --suite --out gpu_check.json  # every check (one GPU; ~1.5 min on an H200 without vLLM)
     python benchmarks/gpu_check.py --out gpu_check.json          # full and LoRA only (one GPU, ~3-5 min)
     python benchmarks/gpu_check.py --gradient-checkpointing      # the same with activation recomputation
     python benchmarks/gpu_check.py --suite --tiny --device cpu   # a 2-layer Qwen2 model on the CPU (tests)

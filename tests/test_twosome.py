@@ -146,3 +146,13 @@ def test_train_twosome_through_the_cli(tmp_path):
     )  # it never plays invalid
     assert (run / "final" / "value_head.pt").is_file()
     assert json.loads((run / "eval.json").read_text())["algo"] == "twosome"
+    # evaluated again from its directory, the policy scores the valid actions as in its run (the saved
+    # config holds the agent's own agent.decision=generate, which the trainer overrode at run time)
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(
+        app, ["eval", f"from_run={run}", f"hydra.run.dir={out}"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    again = [json.loads(line) for line in (out / "transcripts.jsonl").read_text().splitlines()]
+    assert again and all(t["valid"] and "action_probs" in t for t in again)
+    assert (out / "episodes.jsonl").read_text() == (run / "episodes.jsonl").read_text()
