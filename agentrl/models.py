@@ -163,7 +163,9 @@ def ensure_smollm2(cache_dir: str | None = None) -> Path:
             "Converting the embedded model %s to safetensors (once, ~20 s) into %s", SMOLLM2_GGUF, target
         )
         tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=SMOLLM2_GGUF)
-        model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=SMOLLM2_GGUF)
+        # transformers 5.25 turns Hub kernels on unless told not to, and fails without the `kernels`
+        # package; the conversion only reads weights
+        model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=SMOLLM2_GGUF, use_kernels=False)
         _save_plain(model, tokenizer, tmp)
 
     return _atomic_build(target, build)

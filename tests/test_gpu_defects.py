@@ -440,3 +440,27 @@ def test_hub_kernels_stay_off_unless_asked(tmp_path):
         "use_kernels"
     ]
     assert grpo_config(typed(cfg.algo), tmp_path, "cpu", 0).model_init_kwargs is None  # no reference model
+
+
+def test_the_embedded_models_conversion_loads_without_hub_kernels(tmp_path, monkeypatch):
+    """transformers 5.25 defaults to `use_kernels=True` and raises "Kernels are not available" where the
+    `kernels` package is missing (a GPU image with only the packages agentrl needs): the GGUF conversion
+    must ask for none, like every other load."""
+    import transformers
+
+    from agentrl import models
+
+    seen: dict = {}
+
+    class Stop(Exception):
+        pass
+
+    def load(*args, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: None)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", load)
+    with pytest.raises(Stop):
+        models.ensure_smollm2(str(tmp_path))
+    assert seen["use_kernels"] is False

@@ -161,15 +161,20 @@ def test_update_with_nonzero_advantages_changes_every_trainable_parameter(tmp_pa
     assert unchanged == []
 
 
-def test_auto_budget_splits_plain_forwards_by_padded_tokens_with_the_same_update(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("checkpointing", "per_pass"), [(False, [2, 2]), (True, [1, 1])])
+def test_auto_budget_splits_plain_forwards_by_padded_tokens_with_the_same_update(
+    tmp_path, monkeypatch, checkpointing, per_pass
+):
     """Where the shared-prefix kernel does not run (CUDA, several processes) every row runs its whole
     padded prompt with gradients: `algo.max_batch_tokens=auto` cuts a micro-batch into passes whose
-    rows x padded width fit the activation budget, and the update equals the unsplit one."""
+    rows x padded width fit the activation budget, and the update equals the unsplit one. Under gradient
+    checkpointing a token keeps less for the backward, so the same memory holds more rows a pass."""
     import agentrl.trainers.grpo_trainer as grpo_trainer
     from agentrl.trainers import settings
 
+    gc = (f"algo.gradient_checkpointing={str(checkpointing).lower()}",)
     samples = rows([1.0, -1.0, 0.5, -0.5])
-    _, _, whole = one_update(tmp_path / "whole", samples)
+    _, _, whole = one_update(tmp_path / "whole", samples, *gc)
     passes: list[int] = []
     split = grpo_trainer.split_by_tokens
 
@@ -181,13 +186,16 @@ def test_auto_budget_splits_plain_forwards_by_padded_tokens_with_the_same_update
     monkeypatch.setattr(grpo_trainer, "kernel_applies", lambda device, processes: False)
     monkeypatch.setattr(grpo_trainer, "split_by_tokens", counted)
     monkeypatch.setattr(settings, "auto_token_budget", lambda free, vocab, fraction=0.2: 10**6)
-    # room for the activations of one 34-token row a pass (31 prompt + 3 completion), not two
-    monkeypatch.setattr(settings, "activation_bytes_per_token", lambda model: 1)
+    # room for the activations of one 34-token row a pass (31 prompt + 3 completion), not two; with
+    # checkpointing a token costs half as much, room for two
     monkeypatch.setattr(
-        settings, "free_memory_bytes", lambda device: int(50 / settings.AUTO_ACTIVATION_FRACTION)
+        settings, "activation_bytes_per_token", lambda model, checkpointing=False: 2 - checkpointing
     )
-    _, _, cut = one_update(tmp_path / "cut", samples, max_batch_tokens="auto")
-    assert passes == [2, 2]  # two micro-batches of two rows, each run one row a pass
+    monkeypatch.setattr(
+        settings, "free_memory_bytes", lambda device: int(100 / settings.AUTO_ACTIVATION_FRACTION)
+    )
+    _, _, cut = one_update(tmp_path / "cut", samples, *gc, max_batch_tokens="auto")
+    assert passes == per_pass  # two micro-batches of two rows, each one row a pass or both at once
     # Adam's first step moves each element by ~lr (1e-3) whatever its gradient's size, so an element whose
     # gradient is near Adam's eps moves by a rounding-sensitive amount: every element within lr/10, and
     # nearly all within 1e-6

@@ -138,6 +138,35 @@ def test_the_auto_prompt_budget_fills_a_share_of_free_memory_with_activations(mo
     assert "at most 4993 distinct prompt and completion tokens per pass" in caplog.text
 
 
+def test_gradient_checkpointing_lets_the_auto_budget_hold_more_tokens(monkeypatch, caplog):
+    """With checkpointing a layer keeps only its input for the backward, which recomputes one layer at a
+    time: a token costs a hidden vector a layer plus one layer's activations, so a pass holds ~10x the
+    tokens of a 3B model (the budget otherwise cuts a checkpointed run into passes it does not need)."""
+
+    class Qwen3B:
+        class config:  # noqa: N801 - a stand-in for a PretrainedConfig
+            hidden_size, intermediate_size, num_hidden_layers = 2048, 11008, 36
+            num_attention_heads, num_key_value_heads = 16, 2
+
+            @classmethod
+            def get_text_config(cls):
+                return cls
+
+    plain = settings.activation_bytes_per_token(Qwen3B())
+    checkpointed = settings.activation_bytes_per_token(Qwen3B(), checkpointing=True)
+    assert plain == 36 * (4 * 2048 + 2 * 11008) * 4  # 4.35 MB
+    assert checkpointed == 36 * 2048 * 4 + (4 * 2048 + 2 * 11008) * 4  # 0.42 MB
+    assert 10 < plain / checkpointed < 11
+    monkeypatch.setattr(settings, "free_memory_bytes", lambda device: 100 * 2**30)
+    with caplog.at_level(logging.INFO, logger=settings.log.name):
+        budget = settings.auto_prompt_budget(Qwen3B(), "cuda", kernel=False, checkpointing=True)
+    assert budget == int(100 * 2**30 * settings.AUTO_ACTIVATION_FRACTION) // checkpointed
+    assert budget > 10 * settings.auto_prompt_budget(Qwen3B(), "cuda", kernel=False)
+    assert "a token with gradient checkpointing" in caplog.text
+    # a row's copy of its prompt is not checkpointed away: it weighs more against the smaller token
+    assert settings.gather_fraction(Qwen3B(), True) > 10 * settings.gather_fraction(Qwen3B())
+
+
 def test_the_auto_prompt_budget_counts_each_rows_copy_of_its_prompt():
     """Rows with multi-token answers (each TWOSOME candidate too) attend over their own copy of the
     prompt's KV cache, which attention keeps for the backward: 20 kitchen rows of 10 candidates took a

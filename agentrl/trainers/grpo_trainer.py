@@ -142,14 +142,22 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
         # histories, would otherwise run hundreds of prompts with gradients at once); elsewhere every
         # row's padded prompt and completion
         kernel = kernel_applies(self.args.device.type, self.accelerator.num_processes)
+        # the Trainer turns checkpointing on when training starts: read the setting, not the model
+        checkpointing = bool(self.args.gradient_checkpointing)
         activations = (
-            auto_prompt_budget(self.model, str(self.args.device), share=memory_share, kernel=kernel)
+            auto_prompt_budget(
+                self.model,
+                str(self.args.device),
+                share=memory_share,
+                kernel=kernel,
+                checkpointing=checkpointing,
+            )
             if max_batch_tokens == "auto"
             else None
         )
         self.prompt_budget = activations if kernel else None
         self.padded_budget = None if kernel else activations
-        self.gather_fraction = gather_fraction(self.model) if self.prompt_budget else 0.0
+        self.gather_fraction = gather_fraction(self.model, checkpointing) if self.prompt_budget else 0.0
         self.head_optimizer, self.head_scheduler = head_optimizer(actor_critic, self.args)
         self._train_logps: torch.Tensor | None = None  # the last training forward's log-probs (for the KL)
         # rollouts through TRL's vLLM engine (model.backend=vllm): rows get its importance-sampling ratio,
