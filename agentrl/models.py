@@ -425,20 +425,6 @@ def _adapter_base(path: str) -> str | None:
     return json.loads(config.read_text()).get("base_model_name_or_path")
 
 
-#: transformers' switch that lets SDPA group the query heads over the key/value heads (`enable_gqa`)
-SDPA_GQA_ENV = "TRANSFORMERS_SDPA_FORCE_GQA"
-
-
-def cpu_sdpa_gqa() -> None:
-    """Grouped-query attention inside SDPA for models on the CPU. Given an attention mask (every padded
-    batch, the shared-prefix kernel's) transformers copies each key/value head to its query heads
-    (`repeat_kv`) because its CUDA kernels take no mask with `enable_gqa`; the CPU's do, with the same
-    outputs. SmolLM2-135M (9 query heads on 3 key/value heads), 16 rows of 455 tokens, bf16, forward and
-    backward: 145 ms against 172-192 ms a layer. The switch is process-wide: set it only in a process
-    whose models run on the CPU (`load_model` does), and leave a value the user set."""
-    os.environ.setdefault(SDPA_GQA_ENV, "1")
-
-
 def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = False) -> tuple[Any, Any]:
     """Load (model, tokenizer) as `model_cfg` says.
 
@@ -468,8 +454,6 @@ def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = Fal
                 f"model.attn_implementation=flash_attention_2: needs a CUDA GPU (device {device}); "
                 "use model.attn_implementation=sdpa"
             )
-    if attn == "sdpa" and device == "cpu":
-        cpu_sdpa_gqa()
     options: dict[str, Any] = {
         "dtype": dtype,
         "trust_remote_code": model_cfg.trust_remote_code,

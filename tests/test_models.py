@@ -63,36 +63,6 @@ def test_tiny_random_model_and_tokenizer():
     assert load_tokenizer(TINY).padding_side == "left"
 
 
-def test_models_on_the_cpu_group_query_heads_inside_sdpa(monkeypatch):
-    """On the CPU SDPA takes a mask together with `enable_gqa`, so a padded batch runs without copying
-    each key/value head to its query heads (`repeat_kv`), with the same logits and gradients."""
-    from transformers.integrations import sdpa_attention
-
-    monkeypatch.delenv(models.SDPA_GQA_ENV, raising=False)
-    model, tokenizer = load_model(TINY, device="cpu", for_training=True)
-    assert os.environ[models.SDPA_GQA_ENV] == "1"
-    assert model.config.num_attention_heads > model.config.num_key_value_heads  # grouped queries
-    batch = tokenizer(
-        ["a short one", "a longer prompt that pads the other row"], return_tensors="pt", padding=True
-    )
-    assert not batch["attention_mask"].all()  # a mask reaches SDPA
-    repeats = []
-    real = sdpa_attention.repeat_kv
-    monkeypatch.setattr(sdpa_attention, "repeat_kv", lambda *a: repeats.append(1) or real(*a))
-
-    def run(gqa: str) -> tuple[torch.Tensor, torch.Tensor]:
-        monkeypatch.setenv(models.SDPA_GQA_ENV, gqa)
-        model.zero_grad()
-        logits = model(**batch).logits
-        logits.float().square().mean().backward()
-        return logits.detach(), model.model.layers[0].self_attn.k_proj.weight.grad.clone()
-
-    grouped, copied = run("1"), run("0")
-    assert len(repeats) == 2 * model.config.num_hidden_layers  # key and value, only when told not to group
-    torch.testing.assert_close(grouped[0], copied[0], rtol=0, atol=1e-5)
-    torch.testing.assert_close(grouped[1], copied[1], rtol=1e-4, atol=1e-7)
-
-
 def test_tiny_random_build_is_cached_atomic_and_deterministic(tmp_path, monkeypatch):
     cfg = {**TINY, "cache_dir": str(tmp_path)}
     target = ensure_tiny_random(str(tmp_path))
