@@ -163,7 +163,8 @@ def test_gradient_checkpointing_lets_the_auto_budget_hold_more_tokens(monkeypatc
     assert budget == int(100 * 2**30 * settings.AUTO_ACTIVATION_FRACTION) // checkpointed
     assert budget > 10 * settings.auto_prompt_budget(Qwen3B(), "cuda", kernel=False)
     assert "a token with gradient checkpointing" in caplog.text
-    # a row's copy of its prompt is not checkpointed away: it weighs more against the smaller token
+    # a row's copy of its prompt's KV cache is made outside the checkpointed layers and counts in full:
+    # against the smaller token it weighs more
     assert settings.gather_fraction(Qwen3B(), True) > 10 * settings.gather_fraction(Qwen3B())
 
 
