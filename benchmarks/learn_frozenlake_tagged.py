@@ -9,8 +9,11 @@ random. Steps, each through the runner itself (`python -m agentrl.cli`), into `-
    valid moves written in the format; eval.json has the base model's before and the warmed-up after);
 2. `msgrpo/`: `agentrl train experiment=frozenlake_tagged init_from=<out>/warmup
    algo.time_limit_minutes=<what is left of --minutes>`;
-3. with `--random-maps`: `agentrl eval` of the trained run, the base model and the random agent on
+3. with `--steps ... maps`: `agentrl eval` of the trained run, the base model and the random agent on
    `--maps` random 4x4 maps (held-out seeds), as `maps_trained/`, `maps_base/`, `maps_random/`.
+
+Run again into the same `--out`, a step whose run is complete is kept, and a training step that was killed
+continues from its newest checkpoint (`agentrl train --resume`); its minutes are then those of the rerun.
 
 It prints one table (success, return, invalid_rate, untagged_rate per row) and writes `summary.json` and
 `summary.md` into `--out`. Extra arguments are Hydra overrides for both training steps (put them before
@@ -27,31 +30,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rlft_bandit import BenchmarkError, complete, run_step  # noqa: E402 - the shared step runner
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("warmup", "msgrpo", "maps")
 KEYS = ("success_rate", "mean_return", "invalid_rate", "untagged_rate", "episodes")
 
 
-def run(name: str, args: list[str], out: Path, threads: int) -> tuple[Path, float]:
-    """`python -m agentrl.cli <args> hydra.run.dir=<out>/<name>` (log: <out>/<name>.log); (run, minutes)."""
-    run_dir = out / name
-    cmd = [sys.executable, "-m", "agentrl.cli", *args, f"hydra.run.dir={run_dir}"]
-    print(f"[{name}] agentrl {' '.join(cmd[3:])}", flush=True)
+def run(name: str, args: list[str], out: Path, threads: int) -> tuple[Path, float | None]:
+    """The shared step runner (rlft_bandit.run_step: `agentrl` in a subprocess, log <out>/<name>.log, a
+    complete run kept, an unfinished training run resumed); (run, minutes, None for a kept run)."""
+    kept = complete(out / name)
     start = time.perf_counter()
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "AGENTRL_NO_PROGRESS": "1"}
-    with (out / f"{name}.log").open("w") as log:
-        code = subprocess.call(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    minutes = (time.perf_counter() - start) / 60
-    if code != 0:
-        sys.exit(f"[{name}] exited {code} after {minutes:.1f} min; see {out / f'{name}.log'}")
-    print(f"[{name}] done in {minutes:.1f} min", flush=True)
-    return run_dir, minutes
+    try:
+        run_dir = run_step(name, args, out, threads)
+    except BenchmarkError as exc:
+        sys.exit(str(exc))
+    return run_dir, None if kept else (time.perf_counter() - start) / 60
 
 
 def row(metrics: dict) -> dict:
@@ -103,9 +103,8 @@ def main() -> None:
 
     warmup = out / "warmup"
     if "warmup" in args.steps:
-        _, minutes["warmup"] = run(
-            "warmup", ["train", "experiment=frozenlake_tagged_warmup", *common], out, args.threads
-        )
+        _, took = run("warmup", ["train", "experiment=frozenlake_tagged_warmup", *common], out, args.threads)
+        minutes["warmup"] = minutes.get("warmup", 0.0) if took is None else took
     if (warmup / "eval.json").is_file():
         saved = json.loads((warmup / "eval.json").read_text())
         rows["base model"], rows["after the warm-up"] = row(saved.get("before", {})), row(saved)
@@ -117,7 +116,8 @@ def main() -> None:
             f"init_from={warmup}",
             f"algo.time_limit_minutes={left:.1f}",
         ]
-        _, minutes["msgrpo"] = run("msgrpo", [*train, *common], out, args.threads)
+        _, took = run("msgrpo", [*train, *common], out, args.threads)
+        minutes["msgrpo"] = minutes.get("msgrpo", 0.0) if took is None else took
     trained = out / "msgrpo"
     if (trained / "eval.json").is_file():
         rows["after MS-GRPO"] = row(json.loads((trained / "eval.json").read_text()))

@@ -134,14 +134,19 @@ def complete(run: Path) -> bool:
 
 def run_step(name: str, args: list[str], out: Path, threads: int, poll_s: float = 30.0) -> Path:
     """`python -m agentrl.cli <args> hydra.run.dir=<out>/<name>`, logged to <out>/<name>.log; prints a
-    line of progress every `poll_s`; raises BenchmarkError on a non-zero exit."""
+    line of progress every `poll_s`; raises BenchmarkError on a non-zero exit. A complete run there is
+    kept (the step is skipped); an unfinished training run (a killed benchmark) continues with
+    `agentrl train --resume` from its newest checkpoint, under the settings it started with."""
     run = out / name
     if complete(run):
         print(f"[{name}] already complete in {run}; skipped", flush=True)
         return run
-    if run.exists() and any(run.iterdir()):
-        raise BenchmarkError(f"[{name}] {run} holds an unfinished run: delete it to rerun this step")
     cmd = [sys.executable, "-m", "agentrl.cli", *args, f"hydra.run.dir={run}"]
+    if run.exists() and any(run.iterdir()):
+        if args[:1] != ["train"]:
+            raise BenchmarkError(f"[{name}] {run} holds an unfinished run: delete it to rerun this step")
+        print(f"[{name}] {run} holds an unfinished training run: resuming it", flush=True)
+        cmd = [sys.executable, "-m", "agentrl.cli", "train", "--resume", str(run)]
     # progress lines (every 10% of an eval's episodes, at least every 30 s) go to the log
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     log_path = out / f"{name}.log"

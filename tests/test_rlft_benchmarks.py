@@ -553,3 +553,41 @@ def test_kitchen_summary_reads_the_task_and_the_time_to_target(tmp_path: Path) -
     assert poad_vs_ntpo.held_from([(2, 1.0, 1.0, 0.0), (4, 2.0, 0.0, 0.0)], 0.8) == (None, None)
     assert "kitchen tomato lettuce salad" in (tmp_path / "summary.md").read_text()
     assert (tmp_path / "learning_curves.png").is_file()
+
+
+def test_the_step_runner_keeps_complete_runs_and_resumes_killed_training(tmp_path, monkeypatch):
+    """A benchmark run again into the same --out: a complete step is skipped, a killed training step
+    continues with `agentrl train --resume <run>` (not a new run that Hydra would refuse in a used
+    directory), and an unfinished evaluation stops with a message instead of mixing two runs."""
+    launched: list[list[str]] = []
+
+    class FakeProcess:
+        def __init__(self, cmd: list[str], **kwargs: Any) -> None:
+            launched.append(cmd[3:])
+            run = Path(cmd[-1].split("=", 1)[1]) if cmd[-1].startswith("hydra.run.dir=") else Path(cmd[-1])
+            run.mkdir(parents=True, exist_ok=True)
+            (run / "eval.json").write_text("{}")
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    monkeypatch.setattr(rlft_bandit.subprocess, "Popen", FakeProcess)
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "eval.json").write_text("{}")
+    (done / "status.json").write_text(json.dumps({"status": "complete"}))
+    assert rlft_bandit.run_step("done", ["train", "x=1"], tmp_path, 1) == done
+    assert launched == []  # kept
+
+    killed = tmp_path / "killed"
+    (killed / "checkpoint-4").mkdir(parents=True)
+    assert rlft_bandit.run_step("killed", ["train", "x=1"], tmp_path, 1) == killed
+    assert launched == [["train", "--resume", str(killed)]]
+
+    assert rlft_bandit.run_step("fresh", ["train", "x=1"], tmp_path, 1) == tmp_path / "fresh"
+    assert launched[-1] == ["train", "x=1", f"hydra.run.dir={tmp_path / 'fresh'}"]
+
+    (tmp_path / "half_eval").mkdir()
+    (tmp_path / "half_eval" / "run.log").write_text("...")
+    with pytest.raises(rlft_bandit.BenchmarkError, match="unfinished run"):
+        rlft_bandit.run_step("half_eval", ["eval", "x=1"], tmp_path, 1)
