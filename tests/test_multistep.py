@@ -362,6 +362,49 @@ def test_time_limit_stops_after_the_iteration_that_crosses_it(tmp_path):
     assert result.extra["iterations"] == 5
 
 
+def test_a_bf16_mixed_rollout_casts_each_weight_once(tmp_path, monkeypatch):
+    """The rollout's lockstep steps are one generation call each; under bf16-mixed the Collector keeps the
+    weights' casts for the whole rollout, so each trained weight is cast to bf16 once per iteration's
+    rollout, not once per step (that the casts are dropped before the update, whose backward then
+    reaches every weight: tests/test_backends.py)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from agentrl.trainers import iteration
+
+    most: list[int] = []
+    steps: list[int] = []
+    real = iteration.collect_groups
+
+    def spy(make_env: Any, agent: Any, **kwargs: Any):
+        weights = {p.data_ptr() for p in agent.backend.model.parameters() if p.dim() == 2}
+        casts: list[int] = []
+
+        class CountCasts(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in weights:
+                    casts.append(args[0].data_ptr())
+                return func(*args, **(kwargs or {}))
+
+        with CountCasts():
+            episodes, rounds = real(make_env, agent, **kwargs)
+        most.append(max(casts.count(ptr) for ptr in set(casts)))
+        steps.append(max(len(e.steps) for e in episodes))
+        return episodes, rounds
+
+    monkeypatch.setattr(iteration, "collect_groups", spy)
+    cfg = make_cfg(
+        "algo.iterations=1",
+        "algo.precision=bf16-mixed",
+        "algo.group_size=2",
+        "algo.groups_per_iteration=2",
+        "algo.gradient_accumulation_steps=1",
+        "algo.eval_before=false",
+        "algo.save_final=false",
+    )
+    train_llm(cfg, tmp_path)
+    assert steps[0] > 1 and most == [1]  # several generation calls, one cast of each weight
+
+
 def test_training_invalid_penalty_applies_to_rollouts_only(tmp_path, monkeypatch):
     """`algo.invalid_penalty` shapes training rewards; evaluation keeps the agent's own penalty."""
     from agentrl.trainers import iteration

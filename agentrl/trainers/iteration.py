@@ -10,6 +10,7 @@ several processes each plays its own groups, and `merge_process_metrics` makes o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import time
@@ -139,7 +140,10 @@ class Collector:
             # the engine gets the trained weights before every rollout (also the first: a resumed run's
             # engine loaded the base weights from disk)
             self.backend.sync_weights(step=iteration)
-        with synced_forwards(self.model):  # a sharded model: every process makes as many forward calls
+        # the policy generating under bf16 autocast casts its weights once for the whole rollout
+        kept = getattr(getattr(self.agent, "backend", None), "weight_casts_kept", contextlib.nullcontext)
+        # a sharded model: every process makes as many forward calls
+        with synced_forwards(self.model), kept():
             episodes, rounds = collect_groups(
                 self.env,
                 self.agent,
