@@ -29,3 +29,34 @@ def interrupt_rollout(monkeypatch: Any, call: int) -> Any:
 
     monkeypatch.setattr(agentrl.rollout, "rollout", interrupted)
     return real
+
+
+class WeightCasts:
+    """Counts the casts (`aten._to_copy`) of `model`'s 2-D weights while entered, as autocast makes them
+    (a TorchDispatchMode). `most()`: the casts of the weight cast most often."""
+
+    def __init__(self, model: Any) -> None:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        weights = {p.data_ptr() for p in model.parameters() if p.dim() == 2}
+        self.casts: list[int] = []
+        casts = self.casts
+
+        class Count(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in weights:
+                    casts.append(args[0].data_ptr())
+                return func(*args, **(kwargs or {}))
+
+        self._mode = Count()
+
+    def __enter__(self) -> WeightCasts:
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+
+    def most(self) -> int:
+        return max((self.casts.count(ptr) for ptr in set(self.casts)), default=0)

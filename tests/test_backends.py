@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
+from helpers import WeightCasts
 
 from agentrl.agents.backends import (
     HFBackend,
@@ -629,31 +630,19 @@ def test_a_rollout_keeps_the_weight_casts_across_generation_calls():
     """Inside `weight_casts_kept` (the Collector's rollout) every generation call reuses the casts of the
     first: each trained weight is cast once for all the calls, with the same tokens. On leaving, the casts
     are dropped: the next training forward casts again and its backward reaches every weight."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
     model = _autocast_like_accelerate(model)
     model.train()
-    weights = {p.data_ptr() for p in model.parameters() if p.dim() == 2}
-    casts: list[int] = []
-
-    class CountCasts(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in weights:
-                casts.append(args[0].data_ptr())
-            return func(*args, **kwargs)
 
     backend = HFBackend(model, tokenizer)
     prompts = [list(range(100, 120)) + p for p in ([5, 6, 7, 8], [9, 10])]
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=4)
-    with CountCasts():
+    with WeightCasts(model) as casts:
         apart = [backend.generate(prompts, greedy) for _ in range(3)]
-    assert max(casts.count(ptr) for ptr in set(casts)) == 3  # once per call
-    casts.clear()
-    with CountCasts(), backend.weight_casts_kept():
+    assert casts.most() == 3  # once per call
+    with WeightCasts(model) as casts, backend.weight_casts_kept():
         kept = [backend.generate(prompts, greedy) for _ in range(3)]
-    assert casts and max(casts.count(ptr) for ptr in set(casts)) == 1  # once for the three calls
+    assert casts.most() == 1  # once for the three calls
     assert [[ids for ids, _ in c] for c in kept] == [[ids for ids, _ in c] for c in apart]
     model.zero_grad()
     model(torch.tensor([prompts[0]])).logits.float().square().mean().backward()
@@ -664,32 +653,20 @@ def test_a_rollout_keeps_the_weight_casts_across_generation_calls():
 def test_mixed_precision_generation_casts_each_weight_once_per_call(share):
     """Under a forward wrapped in autocast, a whole generation call casts each trained weight to bf16
     once, not once per decoded token, and generates what the wrapped forward alone generates."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
     model = _autocast_like_accelerate(model)
     model.train()
-    weights = {p.data_ptr() for p in model.parameters() if p.dim() == 2}
-    casts: list[int] = []
-
-    class CountCasts(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in weights:
-                casts.append(args[0].data_ptr())
-            return func(*args, **kwargs)
 
     backend = HFBackend(model, tokenizer, share_prompts=share)
     prompts = [list(range(100, 120)) + p for p in ([5, 6, 7, 8], [9, 10])]
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=6)
-    with CountCasts():
+    with WeightCasts(model) as casts:
         got = backend.generate(prompts, greedy)
-    assert casts and max(casts.count(ptr) for ptr in set(casts)) == 1
+    assert casts.most() == 1
     assert model.training
     # the same tokens as with autocast per forward call (no outer context)
     backend._weight_casts = lambda: contextlib.nullcontext()
-    with CountCasts():
-        casts.clear()
+    with WeightCasts(model) as casts:
         expected = backend.generate(prompts, greedy)
-    assert max(casts.count(ptr) for ptr in set(casts)) > 1  # the per-token casts the test counts
+    assert casts.most() > 1  # the per-token casts the test counts
     assert [ids for ids, _ in got] == [ids for ids, _ in expected]

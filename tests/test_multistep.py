@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import interrupt_rollout
+from helpers import WeightCasts, interrupt_rollout
 
 from agentrl.config import compose_config, typed
 from agentrl.envs.base import TextEnv
@@ -367,8 +367,6 @@ def test_a_bf16_mixed_rollout_casts_each_weight_once(tmp_path, monkeypatch):
     weights' casts for the whole rollout, so each trained weight is cast to bf16 once per iteration's
     rollout, not once per step (that the casts are dropped before the update, whose backward then
     reaches every weight: tests/test_backends.py)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from agentrl.trainers import iteration
 
     most: list[int] = []
@@ -376,18 +374,9 @@ def test_a_bf16_mixed_rollout_casts_each_weight_once(tmp_path, monkeypatch):
     real = iteration.collect_groups
 
     def spy(make_env: Any, agent: Any, **kwargs: Any):
-        weights = {p.data_ptr() for p in agent.backend.model.parameters() if p.dim() == 2}
-        casts: list[int] = []
-
-        class CountCasts(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in weights:
-                    casts.append(args[0].data_ptr())
-                return func(*args, **(kwargs or {}))
-
-        with CountCasts():
+        with WeightCasts(agent.backend.model) as casts:
             episodes, rounds = real(make_env, agent, **kwargs)
-        most.append(max(casts.count(ptr) for ptr in set(casts)))
+        most.append(casts.most())
         steps.append(max(len(e.steps) for e in episodes))
         return episodes, rounds
 
