@@ -428,28 +428,20 @@ class HFBackend(Backend):
 
     @staticmethod
     def _sample(scores: Any, sampling: SamplingConfig, generator: Any) -> tuple[Any, Any]:
-        """One token per row (temperature, top-k, top-p through transformers' warpers, or greedy) and its
-        log_softmax(scores / T) before top-k/top-p, as the `generate` path records it."""
+        """One token per row (temperature, top-k, top-p as transformers' warpers apply them, or greedy) and
+        its log_softmax(scores / T) before top-k/top-p, as the `generate` path records it.
+
+        The draw is one uniform number a row through the cumulative distribution of the tokens left after
+        top-k and top-p (`sample_tokens`), not `torch.multinomial`, which draws an exponential variable for
+        every vocabulary entry of every row: with top-k that is 5 tokens a row instead of 49,152."""
         import torch
-        from transformers import (
-            LogitsProcessorList,
-            TemperatureLogitsWarper,
-            TopKLogitsWarper,
-            TopPLogitsWarper,
-        )
 
         if not sampling.do_sample:
             chosen = scores.argmax(-1)
-            return chosen, torch.log_softmax(scores, dim=-1).gather(1, chosen[:, None]).squeeze(1)
-        log_probs = torch.log_softmax(scores / sampling.temperature, dim=-1)
-        warpers = LogitsProcessorList([TemperatureLogitsWarper(sampling.temperature)])
-        if sampling.top_k > 0:
-            warpers.append(TopKLogitsWarper(sampling.top_k))
-        if sampling.top_p < 1.0:
-            warpers.append(TopPLogitsWarper(sampling.top_p))
-        warped = warpers(None, scores)
-        chosen = torch.multinomial(torch.softmax(warped, -1), 1, generator=generator).squeeze(1)
-        return chosen, log_probs.gather(1, chosen[:, None]).squeeze(1)
+            return chosen, scores.gather(1, chosen[:, None]).squeeze(1) - torch.logsumexp(scores, -1)
+        scaled = scores / sampling.temperature
+        chosen = sample_tokens(scaled, sampling.top_k, sampling.top_p, generator)
+        return chosen, scaled.gather(1, chosen[:, None]).squeeze(1) - torch.logsumexp(scaled, -1)
 
     def _trim(self, tokens: Any, logps: Any, sampling: SamplingConfig) -> list[Completion]:
         results: list[Completion] = []
@@ -457,6 +449,37 @@ class HFBackend(Backend):
             end = self._completion_length(row, sampling.stop)
             results.append((row[:end], lps[:end]))
         return results
+
+
+def sample_tokens(scaled: Any, top_k: int, top_p: float, generator: Any) -> Any:
+    """One token per row of `scaled` (logits already divided by the temperature), drawn from the softmax
+    over the tokens transformers' `TopKLogitsWarper(top_k)` and `TopPLogitsWarper(top_p)` keep (top-k keeps
+    every token tied with the k-th; 0 and 1.0 turn them off).
+
+    With top-k the candidates are the k best scores and a few more to see ties (bf16 logits tie often),
+    so the rest of the work is k-sized. The draw inverts the candidates' cumulative distribution, summed
+    in float64, at one uniform number a row."""
+    import torch
+    from transformers import TopPLogitsWarper
+
+    vocab = scaled.size(-1)
+    index = None
+    values = scaled
+    if 0 < top_k < vocab:
+        width = min(vocab, top_k + 16)
+        best, where = scaled.topk(width, dim=-1)
+        kth = best[:, top_k - 1 : top_k]
+        if width == vocab or not bool((best[:, -1:] >= kth).any()):
+            values, index = best.masked_fill(best < kth, float("-inf")), where
+        else:  # more ties with the k-th score than the margin holds: mask the whole vocabulary
+            values = scaled.masked_fill(scaled < kth, float("-inf"))
+    if top_p < 1.0:
+        values = TopPLogitsWarper(top_p)(None, values)
+    cumulative = torch.softmax(values, dim=-1).cumsum(-1, dtype=torch.float64)
+    uniform = torch.rand(values.size(0), 1, generator=generator, dtype=torch.float64, device=values.device)
+    pick = torch.searchsorted(cumulative, uniform * cumulative[:, -1:], right=True)
+    pick = pick.clamp_(max=values.size(-1) - 1)
+    return (index.gather(1, pick) if index is not None else pick).squeeze(1)
 
 
 def own_forwards(model: Any) -> Any:

@@ -1,0 +1,72 @@
+"""The rollout's token sampler (`agents/backends/hf.py::sample_tokens`) draws from exactly the distribution
+transformers' warpers define: temperature, then top-k (ties with the k-th score kept), then top-p."""
+
+import pytest
+import torch
+from transformers import LogitsProcessorList, TopKLogitsWarper, TopPLogitsWarper
+
+from agentrl.agents.backends.base import SamplingConfig
+from agentrl.agents.backends.hf import HFBackend, sample_tokens
+
+DRAWS = 40_000
+
+
+def _scores(ties: int = 0) -> torch.Tensor:
+    """One row of 300 logits: a spread of values, with `ties` tokens sharing the 4th-best score."""
+    generator = torch.Generator().manual_seed(0)
+    row = torch.randn(300, generator=generator).clamp(-2.5, 2.5)
+    row[:8] = torch.tensor([4.0, 3.5, 3.2, 3.0, 2.9, 2.8, 2.7, 2.6])
+    if ties:
+        row[100 : 100 + ties] = 3.0  # tied with token 3
+    return row
+
+
+def _expected(row: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    warpers = LogitsProcessorList()
+    if top_k:
+        warpers.append(TopKLogitsWarper(top_k))
+    if top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p))
+    return torch.softmax(warpers(None, row[None].clone()), -1)[0]
+
+
+@pytest.mark.parametrize(
+    ("top_k", "top_p", "ties"),
+    [
+        (5, 1.0, 0),
+        (0, 1.0, 0),
+        (0, 0.8, 0),
+        (5, 0.7, 0),
+        (4, 1.0, 3),  # tokens tied with the 4th score are all kept, as TopKLogitsWarper keeps them
+        (4, 1.0, 40),  # more ties than the top-k margin looks at
+    ],
+)
+def test_samples_follow_the_warpers_distribution(top_k, top_p, ties):
+    row = _scores(ties)
+    expected = _expected(row, top_k, top_p)
+    chosen = sample_tokens(row.expand(DRAWS, -1), top_k, top_p, torch.Generator().manual_seed(1))
+    frequency = torch.bincount(chosen, minlength=row.numel()).double() / DRAWS
+    assert torch.all(frequency[expected == 0] == 0)  # nothing outside the kept tokens, ever
+    bound = 5 * (expected * (1 - expected) / DRAWS).sqrt() + 1e-3
+    assert torch.all((frequency - expected).abs() <= bound), (frequency - expected).abs().max()
+    if ties:
+        assert bool(frequency[100 : 100 + ties].gt(0).all())
+
+
+def test_the_same_seed_draws_the_same_tokens():
+    rows = torch.randn(64, 1000)
+    draw = lambda seed: sample_tokens(rows, 0, 1.0, torch.Generator().manual_seed(seed))  # noqa: E731
+    assert torch.equal(draw(3), draw(3))
+    assert not torch.equal(draw(3), draw(4))
+
+
+def test_a_sampled_tokens_log_prob_is_before_top_k_at_the_temperature():
+    scores = torch.randn(6, 500)
+    sampling = SamplingConfig(temperature=0.7, top_k=5, max_new_tokens=1)
+    chosen, logp = HFBackend._sample(scores, sampling, torch.Generator().manual_seed(0))
+    expected = torch.log_softmax(scores / 0.7, -1).gather(1, chosen[:, None]).squeeze(1)
+    assert torch.allclose(logp, expected, atol=1e-5)
+    assert bool((scores.topk(5).indices == chosen[:, None]).any(-1).all())
+    greedy, greedy_logp = HFBackend._sample(scores, SamplingConfig(temperature=0.0), None)
+    assert torch.equal(greedy, scores.argmax(-1))
+    assert torch.allclose(greedy_logp, torch.log_softmax(scores, -1).max(-1).values, atol=1e-5)
