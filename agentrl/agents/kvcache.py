@@ -164,9 +164,10 @@ def prefill_shared(
             common = 0
         if common:
             out = model(input_ids=torch.tensor([prompts[0][:common]], device=device), use_cache=True)
-            cache = output_cache(out)
-            cache.batch_select_indices(torch.zeros(len(prompts), dtype=torch.long, device=device))
-            kwargs[cache_kwarg(model)] = cache
+            # every row reads the one row's states through a view: an index copy would run its backward
+            # as an index_put that accumulates the rows one by one
+            states = [(layer.keys, layer.values) for layer in output_cache(out).layers]
+            kwargs[cache_kwarg(model)] = expand_states(states, common, len(prompts))
     remainders = [p[common:] for p in prompts]
     width = max(len(r) for r in remainders)
     ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in remainders], device=device)
