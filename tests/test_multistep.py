@@ -394,6 +394,44 @@ def test_a_bf16_mixed_rollout_casts_each_weight_once(tmp_path, monkeypatch):
     assert steps[0] > 1 and most == [1]  # several generation calls, one cast of each weight
 
 
+def test_a_bf16_mixed_update_casts_each_weight_once_per_micro_batch(tmp_path, monkeypatch):
+    """Under bf16-mixed the passes of a split micro-batch, and each pass's prompt and completion forwards,
+    share one bf16 cast of each trained weight; the step is the one a cast per forward gives."""
+    import trl
+
+    casts: list[int] = []
+    passes: list[int] = []
+    real_step, real_pass = MultiStepTrainer._training_step, trl.GRPOTrainer.training_step
+
+    def micro_batch(self: Any, *args: Any, **kwargs: Any):
+        with WeightCasts(self.model) as counted:
+            loss = real_step(self, *args, **kwargs)
+        casts.append(counted.most())
+        return loss
+
+    def one_pass(self: Any, *args: Any, **kwargs: Any):
+        passes.append(1)
+        return real_pass(self, *args, **kwargs)
+
+    monkeypatch.setattr(MultiStepTrainer, "_training_step", micro_batch)
+    monkeypatch.setattr(trl.GRPOTrainer, "training_step", one_pass)
+    samples = rows([1.0, -1.0, 0.5, -0.5])
+    _, before, kept = one_update(tmp_path / "kept", samples, "algo.precision=bf16-mixed", max_batch_tokens=8)
+    assert casts == [1, 1] and len(passes) == 4  # two micro-batches of two one-row passes
+    moved = sum(int((before[n] != kept[n]).sum()) for n in before) / sum(t.numel() for t in before.values())
+    assert moved > 0.9, moved
+
+    casts.clear()
+    monkeypatch.setattr(MultiStepTrainer, "_shares_weight_casts", lambda self: False)
+    _, _, apart = one_update(tmp_path / "apart", samples, "algo.precision=bf16-mixed", max_batch_tokens=8)
+    assert min(casts) > 1  # a cast per forward: each pass's prompt and (longer) completion
+    # Adam's first step moves each element by about lr times the sign of its gradient; where a use's
+    # gradient adds up in bf16 instead of fp32 (prompt and completion in one backward), elements whose
+    # gradient is near zero can flip: the steps agree in direction, not bit for bit
+    step = lambda after: torch.cat([(after[n] - before[n]).flatten() for n in before])  # noqa: E731
+    assert float(torch.nn.functional.cosine_similarity(step(kept), step(apart), dim=0)) > 0.999
+
+
 def test_training_invalid_penalty_applies_to_rollouts_only(tmp_path, monkeypatch):
     """`algo.invalid_penalty` shapes training rewards; evaluation keeps the agent's own penalty."""
     from agentrl.trainers import iteration

@@ -58,6 +58,7 @@ from agentrl.trainers.checkpoints import CheckpointsMixin
 from agentrl.trainers.iteration import Collect, merge_process_metrics
 from agentrl.trainers.logps import kernel_applies
 from agentrl.trainers.packing import action_rows, blank_rows, pack_samples, split_by_tokens, split_even
+from agentrl.trainers.precision import weight_casts_shared
 from agentrl.trainers.settings import auto_prompt_budget, gather_fraction, resolve_max_batch_tokens
 from agentrl.trainers.trainer_logps import TrainerLogps
 from agentrl.types import StepSample
@@ -196,27 +197,41 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
     def _training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         """With `max_batch_tokens`, a micro-batch above the budget runs as several forward/backward passes
         (`split_by_tokens`), so no episode length or batch size can exhaust memory; the gradient and the
-        returned loss equal the unsplit ones (every chunk's loss is divided by the iteration's total)."""
-        if not self.max_batch_tokens:
-            return super().training_step(model, inputs, num_items_in_batch)
+        returned loss equal the unsplit ones (every chunk's loss is divided by the iteration's total).
+        Under bf16-mixed the micro-batch's forwards share one bf16 cast of each weight
+        (`weight_casts_shared`); the iteration's rollout and no-grad forwards run before it, in
+        `_prepare_inputs`."""
         model.train()
-        parts = split_by_tokens(
-            self._prepare_inputs(inputs),
-            self.max_batch_tokens,
-            self.budget_completions_only,
-            self.prompt_budget,
-            self.gather_fraction,
-            self.padded_budget,
-        )
-        # every process runs as many passes as the one that needs most (each pass holds collectives)
-        parts += [blank_rows(parts[-1])] * (int(dist.all_max(len(parts))) - len(parts))
-        loss = 0.0
-        for k, part in enumerate(parts):
-            # processes split differently, so only the last chunk's backward may synchronise gradients
-            sync = k == len(parts) - 1
-            with contextlib.nullcontext() if sync else self.accelerator.no_sync(model):
-                loss = loss + super().training_step(model, part, num_items_in_batch)
-        return loss
+        inputs = self._prepare_inputs(inputs)
+        parts = [inputs]
+        if self.max_batch_tokens:
+            parts = split_by_tokens(
+                inputs,
+                self.max_batch_tokens,
+                self.budget_completions_only,
+                self.prompt_budget,
+                self.gather_fraction,
+                self.padded_budget,
+            )
+            # every process runs as many passes as the one that needs most (each pass holds collectives)
+            parts += [blank_rows(parts[-1])] * (int(dist.all_max(len(parts))) - len(parts))
+        losses = []
+        with weight_casts_shared(self._shares_weight_casts()):
+            for k, part in enumerate(parts):
+                # processes split differently, so only the last chunk's backward may synchronise gradients
+                sync = k == len(parts) - 1
+                with contextlib.nullcontext() if sync else self.accelerator.no_sync(model):
+                    losses.append(super().training_step(model, part, num_items_in_batch))
+        return losses[0] if len(losses) == 1 else sum(losses)
+
+    def _shares_weight_casts(self) -> bool:
+        """Whether an update micro-batch's forwards can share autocast's weight casts: accelerate's bf16
+        autocast, and no engine that steps the optimizer inside a backward (DeepSpeed) or gathers
+        sharded weights per forward (FSDP)."""
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            return False
+        accelerator = self.accelerator
+        return bool(getattr(accelerator, "native_amp", False)) and str(accelerator.mixed_precision) == "bf16"
 
     # -- generation: one iteration per optimizer step -----------------------------------------------
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:

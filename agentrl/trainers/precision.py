@@ -13,9 +13,11 @@ avoids the casts altogether.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +144,30 @@ def model_shapes(model_cfg: Any) -> tuple[int, int] | None:
     except Exception as exc:  # any unreadable config only means "measure nothing": fp32
         log.debug("no layer sizes for the precision probe: %s", exc)
         return None
+
+
+@contextlib.contextmanager
+def weight_casts_shared(enabled: bool = True) -> Iterator[None]:
+    """Autocast's bf16 casts of the trainable weights kept for every forward inside, instead of one cast
+    per forward: the forward and backward passes of one update micro-batch (the shared prompt head, the
+    distinct prompts, the completions, each pass of a split micro-batch) all read the same weights.
+
+    accelerate wraps each forward in its own autocast, whose exit drops the casts when it is the
+    outermost one; holding autocast's nesting count above zero keeps them (the casts of weights that
+    require grad, with their graph: each backward still reaches every weight). Backward passes run
+    outside autocast as before. The weights must not change inside (no optimizer step); the casts are
+    dropped on entering (one kept by an autocast still open could be of older weights) and on leaving.
+    Within one backward the gradients of a weight's uses add up in bf16 before the cast's backward makes
+    them fp32 (with a cast per forward, each use had its own)."""
+    import torch
+
+    if not enabled:
+        yield
+        return
+    torch.clear_autocast_cache()
+    torch.autocast_increment_nesting()
+    try:
+        yield
+    finally:
+        if torch.autocast_decrement_nesting() == 0:
+            torch.clear_autocast_cache()
