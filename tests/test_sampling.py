@@ -70,3 +70,23 @@ def test_a_sampled_tokens_log_prob_is_before_top_k_at_the_temperature():
     greedy, greedy_logp = HFBackend._sample(scores, SamplingConfig(temperature=0.0), None)
     assert torch.equal(greedy, scores.argmax(-1))
     assert torch.allclose(greedy_logp, torch.log_softmax(scores, -1).max(-1).values, atol=1e-5)
+
+
+def test_the_sampling_benchmark_times_both_samplers(tmp_path, monkeypatch):
+    import json
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "sampling_speed.py"
+    argv = ["sampling_speed.py", "--rows", "4", "--top-k", "5", "0", "--vocab", "300", "--repeats", "1"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--threads", "1", "--out", str(tmp_path)])
+    threads = torch.get_num_threads()
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)  # the script sets its own
+    results = json.loads((tmp_path / "sampling_speed.json").read_text())["results"]
+    assert [(r["rows"], r["top_k"]) for r in results] == [(4, 5), (4, 0)]
+    assert all(r["multinomial_ms"] > 0 and r["cumulative_ms"] > 0 for r in results)
+    assert "| 4 | 5 |" in (tmp_path / "sampling_speed.md").read_text()
