@@ -53,6 +53,21 @@ def test_samples_follow_the_warpers_distribution(top_k, top_p, ties):
         assert bool(frequency[100 : 100 + ties].gt(0).all())
 
 
+@pytest.mark.parametrize(("top_k", "top_p"), [(5, 1.0), (0, 1.0), (0, 0.8)])
+def test_rows_that_share_a_context_draw_from_its_distribution_on_their_own(top_k, top_p):
+    """A lockstep step scores each distinct context once; every row drawn from it follows its distribution,
+    independently of the rows beside it."""
+    first, second = _scores(), _scores(ties=3).flip(0)
+    rows = torch.arange(2 * DRAWS) % 2  # interleaved: 0, 1, 0, 1, ...
+    chosen = sample_tokens(torch.stack([first, second]), top_k, top_p, torch.Generator().manual_seed(2), rows)
+    for k, row in enumerate((first, second)):
+        expected = _expected(row, top_k, top_p)
+        frequency = torch.bincount(chosen[rows == k], minlength=row.numel()).double() / DRAWS
+        assert torch.all(frequency[expected == 0] == 0)
+        bound = 5 * (expected * (1 - expected) / DRAWS).sqrt() + 1e-3
+        assert torch.all((frequency - expected).abs() <= bound), (frequency - expected).abs().max()
+
+
 def test_the_same_seed_draws_the_same_tokens():
     rows = torch.randn(64, 1000)
     draw = lambda seed: sample_tokens(rows, 0, 1.0, torch.Generator().manual_seed(seed))  # noqa: E731

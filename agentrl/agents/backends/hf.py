@@ -295,7 +295,7 @@ class HFBackend(Backend):
             done = torch.zeros(len(prompts), dtype=torch.bool, device=self.device)
             tokens, logps = [], []
             for step in range(sampling.max_new_tokens):
-                chosen, logp = self._sample(logits[context].float(), sampling, generator)
+                chosen, logp = self._sample(logits.float(), sampling, generator, context)
                 chosen = torch.where(done, torch.full_like(chosen, self.pad_id), chosen)
                 tokens.append(chosen)
                 logps.append(logp)
@@ -354,8 +354,11 @@ class HFBackend(Backend):
             with self._inference():
                 _, logits, _, _ = self._prefill([list(k) for k in missing])
             self._memo.update(zip(missing, logits.float(), strict=True))
-        scores = torch.stack([self._memo[tuple(p)] for p in prompts])
-        chosen, logp = self._sample(scores, sampling, self._generator(sampling, seed))
+        keys = [tuple(p) for p in prompts]
+        distinct = {key: k for k, key in enumerate(dict.fromkeys(keys))}
+        scores = torch.stack([self._memo[key] for key in distinct])
+        rows = torch.tensor([distinct[key] for key in keys], device=scores.device)
+        chosen, logp = self._sample(scores, sampling, self._generator(sampling, seed), rows)
         return self._trim(chosen[:, None], logp[:, None], sampling)
 
     def _prefill(self, prompts: list[list[int]]) -> tuple[Any, Any, Any, Any]:
@@ -427,21 +430,26 @@ class HFBackend(Backend):
         return torch.Generator(device=self.device).manual_seed(int(seed))
 
     @staticmethod
-    def _sample(scores: Any, sampling: SamplingConfig, generator: Any) -> tuple[Any, Any]:
-        """One token per row (temperature, top-k, top-p as transformers' warpers apply them, or greedy) and
-        its log_softmax(scores / T) before top-k/top-p, as the `generate` path records it.
+    def _sample(scores: Any, sampling: SamplingConfig, generator: Any, rows: Any = None) -> tuple[Any, Any]:
+        """One token for each of `rows` (indices into `scores`, one row per distinct context; None: every
+        row of `scores`), with temperature, top-k, top-p as transformers' warpers apply them, or greedy;
+        and its log_softmax(scores / T) before top-k/top-p, as the `generate` path records it.
 
         The draw is one uniform number a row through the cumulative distribution of the tokens left after
         top-k and top-p (`sample_tokens`), not `torch.multinomial`, which draws an exponential variable for
         every vocabulary entry of every row: with top-k that is 5 tokens a row instead of 49,152."""
         import torch
 
+        if rows is None:
+            rows = torch.arange(scores.size(0), device=scores.device)
         if not sampling.do_sample:
             chosen = scores.argmax(-1)
-            return chosen, scores.gather(1, chosen[:, None]).squeeze(1) - torch.logsumexp(scores, -1)
+            return chosen[rows], (scores.gather(1, chosen[:, None]).squeeze(1) - torch.logsumexp(scores, -1))[
+                rows
+            ]
         scaled = scores / sampling.temperature
-        chosen = sample_tokens(scaled, sampling.top_k, sampling.top_p, generator)
-        return chosen, scaled.gather(1, chosen[:, None]).squeeze(1) - torch.logsumexp(scaled, -1)
+        chosen = sample_tokens(scaled, sampling.top_k, sampling.top_p, generator, rows)
+        return chosen, scaled[rows, chosen] - torch.logsumexp(scaled, -1)[rows]
 
     def _trim(self, tokens: Any, logps: Any, sampling: SamplingConfig) -> list[Completion]:
         results: list[Completion] = []
@@ -451,14 +459,16 @@ class HFBackend(Backend):
         return results
 
 
-def sample_tokens(scaled: Any, top_k: int, top_p: float, generator: Any) -> Any:
-    """One token per row of `scaled` (logits already divided by the temperature), drawn from the softmax
-    over the tokens transformers' `TopKLogitsWarper(top_k)` and `TopPLogitsWarper(top_p)` keep (top-k keeps
-    every token tied with the k-th; 0 and 1.0 turn them off).
+def sample_tokens(scaled: Any, top_k: int, top_p: float, generator: Any, rows: Any = None) -> Any:
+    """One token for each of `rows` (indices into `scaled`; None: one per row of `scaled`), drawn from the
+    softmax of its row of `scaled` (logits already divided by the temperature) over the tokens
+    transformers' `TopKLogitsWarper(top_k)` and `TopPLogitsWarper(top_p)` keep (top-k keeps every token
+    tied with the k-th; 0 and 1.0 turn them off). Rows that share a row of `scaled` draw independently.
 
-    With top-k the candidates are the k best scores and a few more to see ties (bf16 logits tie often),
-    so the rest of the work is k-sized. The draw inverts the candidates' cumulative distribution, summed
-    in float64, at one uniform number a row."""
+    The distribution is worked out once per row of `scaled` (a lockstep step's distinct contexts), so
+    the work per drawn row is one uniform number. With top-k the candidates are the k best scores and a
+    few more to see ties (bf16 logits tie often), so the rest of the work is k-sized. The draw inverts
+    the candidates' cumulative distribution, summed in float64."""
     import torch
     from transformers import TopPLogitsWarper
 
@@ -475,11 +485,17 @@ def sample_tokens(scaled: Any, top_k: int, top_p: float, generator: Any) -> Any:
             values = scaled.masked_fill(scaled < kth, float("-inf"))
     if top_p < 1.0:
         values = TopPLogitsWarper(top_p)(None, values)
+    distinct, width = values.shape
+    if rows is None:
+        rows = torch.arange(distinct, device=values.device)
     cumulative = torch.softmax(values, dim=-1).cumsum(-1, dtype=torch.float64)
-    uniform = torch.rand(values.size(0), 1, generator=generator, dtype=torch.float64, device=values.device)
-    pick = torch.searchsorted(cumulative, uniform * cumulative[:, -1:], right=True)
-    pick = pick.clamp_(max=values.size(-1) - 1)
-    return (index.gather(1, pick) if index is not None else pick).squeeze(1)
+    cumulative = cumulative / cumulative[:, -1:]
+    # one search for all rows: row u's distribution lies in [2u, 2u + 1] of one increasing sequence
+    offsets = 2.0 * torch.arange(distinct, dtype=torch.float64, device=values.device)
+    uniform = torch.rand(len(rows), generator=generator, dtype=torch.float64, device=values.device)
+    found = torch.searchsorted((cumulative + offsets[:, None]).flatten(), uniform + offsets[rows], right=True)
+    pick = (found - rows * width).clamp_(0, width - 1)
+    return index[rows, pick] if index is not None else pick
 
 
 def own_forwards(model: Any) -> Any:
