@@ -444,9 +444,8 @@ class HFBackend(Backend):
             rows = torch.arange(scores.size(0), device=scores.device)
         if not sampling.do_sample:
             chosen = scores.argmax(-1)
-            return chosen[rows], (scores.gather(1, chosen[:, None]).squeeze(1) - torch.logsumexp(scores, -1))[
-                rows
-            ]
+            logp = scores.gather(1, chosen[:, None]).squeeze(1) - torch.logsumexp(scores, -1)
+            return chosen[rows], logp[rows]
         scaled = scores / sampling.temperature
         chosen = sample_tokens(scaled, sampling.top_k, sampling.top_p, generator, rows)
         return chosen, scaled[rows, chosen] - torch.logsumexp(scaled, -1)[rows]
