@@ -346,16 +346,16 @@ class HFBackend(Backend):
         rollout on a small grid runs each distinct observation once instead of once per step."""
         import torch
 
-        key = self._weights_key()
-        if self._memo_key != key:
-            self._memo, self._memo_key = {}, key
-        missing = list(dict.fromkeys(tuple(p) for p in prompts if tuple(p) not in self._memo))
+        weights = self._weights_key()
+        if self._memo_key != weights:
+            self._memo, self._memo_key = {}, weights
+        keys = [tuple(p) for p in prompts]
+        distinct = {key: k for k, key in enumerate(dict.fromkeys(keys))}  # each row's distinct prompt
+        missing = [key for key in distinct if key not in self._memo]
         if missing:
             with self._inference():
                 _, logits, _, _ = self._prefill([list(k) for k in missing])
             self._memo.update(zip(missing, logits.float(), strict=True))
-        keys = [tuple(p) for p in prompts]
-        distinct = {key: k for k, key in enumerate(dict.fromkeys(keys))}
         scores = torch.stack([self._memo[key] for key in distinct])
         rows = torch.tensor([distinct[key] for key in keys], device=scores.device)
         chosen, logp = self._sample(scores, sampling, self._generator(sampling, seed), rows)
