@@ -3,6 +3,7 @@ TRL's fused LM head."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -123,3 +124,53 @@ def test_identical_rows_run_once_with_the_gradients_of_every_copy():
         hook.remove()
     ours = rows[: len(rows) - len(prompts)]  # the reference forwards of check_rows run one row each
     assert max(ours) <= 2, ours  # 2 distinct rows, not 5
+
+
+def test_multi_token_forwards_on_the_cpu_group_query_heads_inside_sdpa(monkeypatch):
+    """The update's kernel and prefills run SDPA with the query heads grouped over the key/value heads
+    (no `repeat_kv` copies, the same values and gradients: check_rows); a one-token decode step keeps
+    transformers' packed query, and the switch is off again outside."""
+    from transformers.integrations import sdpa_attention
+
+    from agentrl.agents.backends.base import SamplingConfig
+    from agentrl.agents.backends.hf import HFBackend
+    from agentrl.agents.kvcache import SDPA_GQA_ENV
+    from agentrl.models import load_model
+
+    monkeypatch.delenv(SDPA_GQA_ENV, raising=False)
+    model, tokenizer = load_model(tiny_model_cfg(), for_training=True)
+    assert model.config.num_attention_heads > model.config.num_key_value_heads
+    calls: dict[str, list[int]] = {"repeat_kv": [], "pack_gqa": []}
+
+    def spy(name: str) -> Any:
+        real = getattr(sdpa_attention, name)
+
+        def counted(x: Any, n: int) -> Any:
+            if x is not None:
+                calls[name].append(x.shape[2])  # query tokens a row (a mask's too)
+            return real(x, n)
+
+        return counted
+
+    for name in calls:
+        monkeypatch.setattr(sdpa_attention, name, spy(name))
+    system = list(range(100, 120))
+    check_rows(model, [system + p for p in ([5, 6, 7, 8], [9, 10], [5, 6, 7, 8])])  # padded rows: masked SDPA
+    kernel_forwards = calls["repeat_kv"][:]
+    assert SDPA_GQA_ENV not in os.environ
+    # check_rows's reference forwards (one row each, no mask) are transformers' own GQA; the kernel's copy nothing
+    assert kernel_forwards == [], kernel_forwards
+
+    backend = HFBackend(model, tokenizer, share_prompts=True)
+    backend.generate(
+        [system + [5, 6, 7], system + [9]], SamplingConfig(temperature=1.0, max_new_tokens=3), seed=0
+    )
+    assert calls["repeat_kv"] == []
+    assert calls["pack_gqa"] and set(calls["pack_gqa"]) == {1}  # decode steps: one query token a row
+    assert SDPA_GQA_ENV not in os.environ
+
+    # a value the user set is left alone: "0" copies the heads as before
+    monkeypatch.setenv(SDPA_GQA_ENV, "0")
+    check_rows(model, [system + p for p in ([5, 6, 7, 8], [9, 10])])
+    assert calls["repeat_kv"]
+    assert os.environ[SDPA_GQA_ENV] == "0"

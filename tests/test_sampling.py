@@ -6,7 +6,7 @@ import torch
 from transformers import LogitsProcessorList, TopKLogitsWarper, TopPLogitsWarper
 
 from agentrl.agents.backends.base import SamplingConfig
-from agentrl.agents.backends.hf import HFBackend, sample_tokens
+from agentrl.agents.backends.hf import CDF_BLOCK, HFBackend, inverse_cdf, inverse_cdf_blocks, sample_tokens
 
 DRAWS = 40_000
 
@@ -66,6 +66,48 @@ def test_rows_that_share_a_context_draw_from_its_distribution_on_their_own(top_k
         assert torch.all(frequency[expected == 0] == 0)
         bound = 5 * (expected * (1 - expected) / DRAWS).sqrt() + 1e-3
         assert torch.all((frequency - expected).abs() <= bound), (frequency - expected).abs().max()
+
+
+def _wide_scores() -> torch.Tensor:
+    """One row as wide as a vocabulary (past `4 * CDF_BLOCK`, not a multiple of it), its mass on a few
+    tokens spread over several blocks."""
+    generator = torch.Generator().manual_seed(5)
+    row = torch.randn(4 * CDF_BLOCK + 321, generator=generator).clamp(-2.5, 2.5) - 4.0
+    row[[3, 700, CDF_BLOCK, 2 * CDF_BLOCK + 5, 4 * CDF_BLOCK + 300]] = torch.tensor([3.0, 2.5, 2.8, 2.0, 2.6])
+    return row
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_a_whole_vocabulary_is_sampled_block_by_block_from_the_same_distribution(top_p):
+    row = _wide_scores()
+    expected = _expected(row, 0, top_p)
+    chosen = sample_tokens(row.expand(DRAWS, -1), 0, top_p, torch.Generator().manual_seed(1))
+    frequency = torch.bincount(chosen, minlength=row.numel()).double() / DRAWS
+    assert torch.all(frequency[expected == 0] == 0)
+    bound = 5 * (expected * (1 - expected) / DRAWS).sqrt() + 1e-3
+    assert torch.all((frequency - expected).abs() <= bound), (frequency - expected).abs().max()
+
+
+def test_block_by_block_picks_the_tokens_one_cumulative_sum_picks():
+    """The same uniform numbers give the same tokens both ways, never a token without mass: also at the
+    ends of the unit interval and when whole blocks, the padded tail among them, hold nothing."""
+    generator = torch.Generator().manual_seed(0)
+    width = 5 * CDF_BLOCK - 100
+    probs = torch.rand(3, width, generator=generator) ** 8
+    probs[1, 2 * CDF_BLOCK :] = 0  # top-p left nothing in the last blocks
+    probs[2, : 3 * CDF_BLOCK] = 0  # nothing in the first blocks
+    probs[2, 3 * CDF_BLOCK + 7] = 50.0
+    probs = probs / probs.sum(-1, keepdim=True)
+    rows = torch.arange(3).repeat_interleave(2000)
+    uniform = torch.rand(len(rows), generator=generator, dtype=torch.float64)
+    for start in (0, 2000, 4000):  # each row: both ends of [0, 1)
+        uniform[start : start + 2] = torch.tensor([0.0, 1.0 - 2**-53], dtype=torch.float64)
+    one, two = inverse_cdf(probs, rows, uniform), inverse_cdf_blocks(probs, rows, uniform)
+    assert bool((probs[rows, two] > 0).all())
+    assert (one != two).sum() <= 2, (one != two).nonzero()
+    # a draw that the product with a row's total rounds up to that total still lands on a token with mass
+    at_total = inverse_cdf_blocks(probs, torch.arange(3), torch.ones(3, dtype=torch.float64))
+    assert bool((probs[torch.arange(3), at_total] > 0).all())
 
 
 def test_the_same_seed_draws_the_same_tokens():
