@@ -1,5 +1,5 @@
 """Seconds per sampled token batch: `torch.multinomial` over the warped softmax (transformers' warpers, how
-the rollout sampled before) against `agents/backends/hf.py::sample_tokens` (one uniform number a row
+the rollout sampled before) against `agents/backends/sampling.py::sample_tokens` (one uniform number a row
 through the kept tokens' cumulative distribution), at a lockstep rollout's shapes: rows x SmolLM2's
 vocabulary of 49,152, with and without top-k. Both sides also take the sampled token's log-prob
 (log_softmax at the temperature), as `HFBackend._sample` does.
@@ -36,7 +36,7 @@ def multinomial_sample(scores: torch.Tensor, top_k: int, generator: torch.Genera
 
 
 def cumulative_sample(scores: torch.Tensor, top_k: int, generator: torch.Generator) -> torch.Tensor:
-    from agentrl.agents.backends.hf import sample_tokens
+    from agentrl.agents.backends.sampling import sample_tokens
 
     torch.logsumexp(scores, -1)
     return sample_tokens(scores, top_k, 1.0, generator)

@@ -1,4 +1,4 @@
-"""The rollout's token sampler (`agents/backends/hf.py::sample_tokens`) draws from exactly the distribution
+"""The rollout's token sampler (`agents/backends/sampling.py::sample_tokens`) draws from exactly the distribution
 transformers' warpers define: temperature, then top-k (ties with the k-th score kept), then top-p."""
 
 import pytest
@@ -6,7 +6,8 @@ import torch
 from transformers import LogitsProcessorList, TopKLogitsWarper, TopPLogitsWarper
 
 from agentrl.agents.backends.base import SamplingConfig
-from agentrl.agents.backends.hf import CDF_BLOCK, HFBackend, inverse_cdf, inverse_cdf_blocks, sample_tokens
+from agentrl.agents.backends.hf import HFBackend
+from agentrl.agents.backends.sampling import CDF_BLOCK, inverse_cdf, inverse_cdf_blocks, sample_tokens
 
 DRAWS = 40_000
 
