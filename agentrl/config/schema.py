@@ -878,6 +878,13 @@ class LLMAlgoConfig(Schema):
     shared_prefix: bool = setting(
         True, "run each distinct prompt once per batch (rollouts; the update's log-probs on a CPU; exact)"
     )
+    rollout_graph: bool = setting(
+        True,
+        "one-token answers on a CPU: the rollout's forward keeps its autograd graph and the update's "
+        "backward runs through it instead of a second forward over the same prompts (the same gradient); "
+        "where the trained policy generates, one micro-batch, no PPO epochs, no checkpointing, no dropout; "
+        "a rollout past the update's token budget turns it off",
+    )
     trainable_layers: int | None = setting(
         None, "full FT of only the top N decoder layers (+ final norm); null or 0: all", ge=0
     )

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +25,8 @@ from agentrl.rollout import collect_groups, informative_group_count
 from agentrl.syncforward import synced_forwards
 from agentrl.trainers.critic import Critic
 from agentrl.types import Episode, StepSample
+
+log = logging.getLogger(__name__)
 
 TRAIN_SEED_LIMIT = 1_000_000  # training env seeds stay below eval.seed_offset's default
 
@@ -127,6 +131,10 @@ class Collector:
     rank: int = 0
     world: int = 1
     backend: Any = None
+    # the rollout records its forward for the update (trainers/multistep.py `rollout_graph_reason`), at
+    # most `graph_budget` tokens (None: no bound); off for the rest of the run once a rollout overflows it
+    record_graphs: bool = False
+    graph_budget: int | None = None
 
     def __call__(self, iteration: int) -> tuple[list[StepSample], dict[str, float]]:
         start = time.perf_counter()
@@ -141,7 +149,10 @@ class Collector:
             # engine loaded the base weights from disk)
             self.backend.sync_weights(step=iteration)
         # the policy generating under bf16 autocast casts its weights once for the whole rollout
-        kept = getattr(getattr(self.agent, "backend", None), "weight_casts_kept", contextlib.nullcontext)
+        policy = getattr(self.agent, "backend", None)
+        kept = getattr(policy, "weight_casts_kept", contextlib.nullcontext)
+        if self.record_graphs:
+            kept = functools.partial(policy.recording_graphs, self.graph_budget)
         # a sharded model: every process makes as many forward calls
         with synced_forwards(self.model), kept():
             episodes, rounds = collect_groups(
@@ -153,6 +164,13 @@ class Collector:
                 min_informative=self.algo.min_informative_groups,
                 max_rounds=self.algo.max_rollout_rounds,
                 reset_options=self.reset_options,
+            )
+        if self.record_graphs and policy.graphs is not None and policy.graphs.overflowed:
+            self.record_graphs = False
+            log.info(
+                "The update runs its own forward from now on: this rollout ran more than %d tokens, the "
+                "budget for keeping its forward's graph (algo.rollout_graph)",
+                self.graph_budget,
             )
         if hasattr(self.backend, "end_rollout"):
             self.backend.end_rollout()  # vLLM sleep mode: the engine frees its memory for the update

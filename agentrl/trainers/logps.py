@@ -9,6 +9,7 @@ through the LM head. Values and gradients equal a plain per-row forward (tests/t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,6 +31,10 @@ def completion_logps(
     return logps, entropies
 
 
+#: the rollout's next-token logits of distinct prompts, with their graphs (`HFBackend.recorded_logits`)
+Recorded = Callable[[list[tuple[int, ...]]], "torch.Tensor | None"]
+
+
 def shared_prefix_logps(
     model: Any,
     input_ids: torch.Tensor,
@@ -37,18 +42,21 @@ def shared_prefix_logps(
     completion_length: int,
     temperature: float = 1.0,
     compute_entropy: bool = False,
+    recorded: Recorded | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of the last `completion_length` tokens of each row (B, T).
 
     Identical rows (the same prompt and answer, common when a group's episodes visit the same states and
     answer alike) run once; indexing the results back out sums their gradients as separate rows would.
+    One-token answers take their prompts' logits from `recorded` where it has them all: the rollout's
+    forward with its graph (agents/backends/graphs.py), instead of running the prompts again.
     """
     unique, inverse = torch.unique(
         torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1), dim=0, return_inverse=True
     )
     if len(unique) == len(input_ids):
         return _distinct_rows_logps(
-            model, input_ids, attention_mask, completion_length, temperature, compute_entropy
+            model, input_ids, attention_mask, completion_length, temperature, compute_entropy, recorded
         )
     width = input_ids.size(1)
     logps, entropies = _distinct_rows_logps(
@@ -58,6 +66,7 @@ def shared_prefix_logps(
         completion_length,
         temperature,
         compute_entropy,
+        recorded,
     )
     return logps[inverse], entropies[inverse] if entropies is not None else None
 
@@ -69,6 +78,7 @@ def _distinct_rows_logps(
     completion_length: int,
     temperature: float,
     compute_entropy: bool,
+    recorded: Recorded | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`shared_prefix_logps` of rows that are all different."""
     prompt_length = input_ids.size(1) - completion_length
@@ -91,7 +101,9 @@ def _distinct_rows_logps(
     rows = [ids[m.bool()].tolist() for ids, m in zip(prompt_ids, prompt_mask, strict=True)]
     keys: dict[tuple[int, ...], int] = {}
     inverse = torch.tensor([keys.setdefault(tuple(r), len(keys)) for r in rows], device=input_ids.device)
-    cache, first_logits, mask, last_position = prefill_shared(model, [list(k) for k in keys], pad_id=0)
+    first_logits = recorded(list(keys)) if recorded is not None and completion_length == 1 else None
+    if first_logits is None:
+        cache, first_logits, mask, last_position = prefill_shared(model, [list(k) for k in keys], pad_id=0)
     # The first completion token's distribution depends on the prompt only: normalise once per distinct
     # prompt, then pick each row's token (no rows x vocab tensor; one-token answers end here).
     first_logps, first_entropy = completion_logps(

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl import distributed as dist
@@ -56,6 +57,7 @@ from agentrl.trainers.checkpoints import trainer_step
 from agentrl.trainers.critic import Critic, plain_lm_head
 from agentrl.trainers.grpo_trainer import MultiStepTrainer, _unused_reward
 from agentrl.trainers.iteration import Collector
+from agentrl.trainers.logps import kernel_applies
 from agentrl.trainers.rollout_backends import copy_rollouts, vllm_rollouts
 from agentrl.trainers.run_evals import Evaluations
 from agentrl.trainers.settings import cpu_precision_shapes, grpo_config, resolve_precision
@@ -107,6 +109,7 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     _share_reference(trainer, critic)
     collector.agent = _rollout_agent(trainer, train_agent, algo, loaded)
     collector.backend = trainer.rollout_backend
+    _keep_rollout_graph(algo, spec, trainer, collector)
 
     wants_before = evals.before is None and algo.eval_before and checkpoint is None
     train_time = _train(trainer, cfg, algo, run_dir, resume, checkpoint, evals, policy, wants_before)
@@ -330,6 +333,49 @@ def _rollout_agent(trainer: MultiStepTrainer, agent: Any, algo: Any, loaded: Loa
     if algo.rollout_dtype:
         return copy_rollouts(trainer, agent, loaded.model, algo, loaded.dtype)
     return agent
+
+
+def rollout_graph_reason(spec: Any, trainer: MultiStepTrainer, agent: Any) -> str | None:
+    """Why the update cannot backpropagate through the rollout's forward (None: it can). The rollout's
+    logits serve the loss only if they are the update's own forward run earlier: the trained policy
+    generated them (not a copy or vLLM), answers are one token (the logits at the prompt's end are all
+    the loss reads), the update's kernel runs (a CPU, one process), and it is a single backward with the
+    rollout's weights and train-mode numerics (one micro-batch, no PPO epochs, no activation checkpointing,
+    no dropout: the rollout runs in eval mode)."""
+    backend = getattr(agent, "backend", None)
+    if trainer.rollout_backend is not None or not hasattr(backend, "recording_graphs"):
+        return "another engine generates the rollouts"
+    if not backend.share_prompts:
+        return "algo.shared_prefix=false"
+    if agent.sampling.max_new_tokens != 1 or spec.decision != "generate":
+        return "answers are not one generated token"
+    if not kernel_applies(trainer.args.device.type, trainer.accelerator.num_processes):
+        return "the update's log-probs are TRL's (not a CPU with one process)"
+    if trainer.args.steps_per_generation != 1 or trainer.ppo_epochs != 1 or trainer.num_iterations != 1:
+        return "the update runs more than one micro-batch or epoch"
+    if trainer.args.gradient_checkpointing:
+        return "algo.gradient_checkpointing=true"
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in trainer.model.modules()):
+        return "the model has dropout"
+    return None
+
+
+def _keep_rollout_graph(algo: Any, spec: Any, trainer: MultiStepTrainer, collector: Collector) -> None:
+    """`algo.rollout_graph`: the rollout records its forward and the update takes it, where that applies."""
+    if not algo.rollout_graph:
+        return
+    reason = rollout_graph_reason(spec, trainer, collector.agent)
+    if reason is not None:
+        log.debug("algo.rollout_graph does not apply: %s", reason)
+        return
+    # as many tokens with gradients as one update pass may run (auto: sized by the free memory)
+    budget = trainer.prompt_budget or (None if trainer.budget_completions_only else trainer.max_batch_tokens)
+    collector.record_graphs, collector.graph_budget = True, budget
+    trainer.recorded_logits = collector.agent.backend.recorded_logits
+    log.info(
+        "The update backpropagates through the rollout's forward (algo.rollout_graph; at most %s tokens)",
+        budget if budget is not None else "any number of",
+    )
 
 
 def _train(

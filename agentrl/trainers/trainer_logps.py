@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from agentrl.trainers.logps import kernel_applies, shared_prefix_logps
+from agentrl.trainers.logps import Recorded, kernel_applies, shared_prefix_logps
 from agentrl.types import StepSample
 
 
@@ -32,6 +32,9 @@ class TrainerLogps:
     ppo_epochs: int
     actor_critic: Any
     _train_logps: torch.Tensor | None
+    _iteration_metrics: dict[str, float]
+    #: the rollout's forward kept for the update (trainers/multistep.py `rollout_graph_reason`); None: off
+    recorded_logits: Recorded | None = None
 
     def _add_importance_ratio(self, batch: dict[str, Any], rows: list[StepSample]) -> None:
         """vLLM sampled the rows with the trainer's weights but its own numerics: TRL's importance-sampling
@@ -165,6 +168,10 @@ class TrainerLogps:
                 **multimodal,
             )
         batch_size = batch_size or input_ids.size(0)
+        # the training forward of the policy: one-token answers may take the rollout's logits instead
+        recorded = None
+        if self.recorded_logits is not None and torch.is_grad_enabled() and model is not self.ref_model:
+            recorded = self._recorded
         all_logps, all_entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
             logps, entropies = shared_prefix_logps(
@@ -174,7 +181,16 @@ class TrainerLogps:
                 logits_to_keep,
                 self.temperature,
                 compute_entropy,
+                recorded,
             )
             all_logps.append(logps)
             all_entropies.append(entropies)
         return torch.cat(all_logps), torch.cat(all_entropies) if compute_entropy else None, None
+
+    def _recorded(self, prompts: list[tuple[int, ...]]) -> torch.Tensor | None:
+        """The rollout's logits of `prompts` with their graphs (None: the update runs its own forward);
+        the iteration's metrics say which it was (`update_reused_rollout`)."""
+        assert self.recorded_logits is not None
+        logits = self.recorded_logits(prompts)
+        self._iteration_metrics["update_reused_rollout"] = float(logits is not None)
+        return logits

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from agentrl.agents.backends.base import Backend, Completion, SamplingConfig, completion_length
+from agentrl.agents.backends.graphs import RolloutGraphs
 from agentrl.agents.backends.sampling import sample_tokens
 from agentrl.errors import BackendError
 from agentrl.syncforward import is_sharded
@@ -111,6 +112,7 @@ class HFBackend(Backend):
         self._memo_key: tuple[int, int, int] | None = None
         self._weights_epoch = 0  # bumped by weights_changed()
         self._cache_arg = cache_kwarg(model)
+        self.graphs: RolloutGraphs | None = None  # the recording rollout's (`recording_graphs`)
 
     @property
     def device(self) -> Any:
@@ -124,6 +126,7 @@ class HFBackend(Backend):
         self._weights_epoch += 1
         self.clear_prefix_cache()
         self._memo, self._memo_key = {}, None
+        self.graphs = None
 
     def _weights_key(self) -> tuple[int, int, int]:
         return id(self.model), self._weights_epoch, sum(p._version for p in self.model.parameters())
@@ -202,6 +205,8 @@ class HFBackend(Backend):
             raise BackendError("empty prompt")
         if self.share_prompts:
             return self._generate_shared(prompts, sampling, seed)
+        if self.graphs is not None and self.graphs.recording:
+            self.graphs.stop()  # as in `_inference`
         from agentrl.agents.kvcache import expand_states, preallocate
 
         LogprobRecorder, StopOnStrings = _stopping_classes()
@@ -352,11 +357,19 @@ class HFBackend(Backend):
             self._memo, self._memo_key = {}, weights
         keys = [tuple(p) for p in prompts]
         distinct = {key: k for k, key in enumerate(dict.fromkeys(keys))}  # each row's distinct prompt
-        missing = [key for key in distinct if key not in self._memo]
+        graphs = self.graphs if self.graphs is not None and self.graphs.recording else None
+        missing = [
+            key
+            for key in distinct
+            if key not in self._memo or (graphs is not None and key not in graphs.logits)
+        ]
         if missing:
-            with self._inference():
+            record = graphs is not None and graphs.admit(self._prefill_tokens(missing))
+            with self._inference(record=record):
                 _, logits, _, _ = self._prefill([list(k) for k in missing])
-            self._memo.update(zip(missing, logits.float(), strict=True))
+            if record:
+                graphs.keep(missing, logits, weights)
+            self._memo.update(zip(missing, logits.detach().float(), strict=True))
         scores = torch.stack([self._memo[key] for key in distinct])
         rows = torch.tensor([distinct[key] for key in keys], device=scores.device)
         chosen, logp = self._sample(scores, sampling, self._generator(sampling, seed), rows)
@@ -371,15 +384,59 @@ class HFBackend(Backend):
             self.model, prompts, self.pad_id, (shared, self._prefix_states) if shared else None
         )
 
+    def _prefill_tokens(self, prompts: list[tuple[int, ...]]) -> int:
+        """Tokens `_prefill` runs for `prompts`, padding included: the shared head unless it is kept, and
+        every row's own part at the width of the longest."""
+        from agentrl.agents.kvcache import MIN_SHARED_PREFIX, common_prefix_length
+
+        heads = [list(p[:-1]) for p in prompts]
+        common = common_prefix_length(heads)
+        if self.prefix_cache and self._prefix_ids:
+            kept = min(common, common_prefix_length([heads[0], self._prefix_ids]))
+            if kept >= MIN_SHARED_PREFIX:
+                return len(prompts) * max(len(p) - kept for p in prompts)
+        shared = common if common >= MIN_SHARED_PREFIX else 0
+        return shared + len(prompts) * max(len(p) - shared for p in prompts)
+
     @contextlib.contextmanager
-    def _inference(self) -> Any:
-        """Eval mode and no autograd, restoring the model's train mode afterwards."""
+    def recording_graphs(self, budget: int | None = None) -> Any:
+        """Inside (one rollout), the prefills of one-token answers run with autograd and keep each distinct
+        prompt's next-token logits with its graph in `self.graphs`, for the update to take
+        (`recorded_logits`) instead of running the same forward again (agents/backends/graphs.py).
+        Everything this backend kept without a graph (the head's states, the memoised logits: an eval
+        since the last update computes them) is recomputed. Under bf16 autocast each weight is cast once
+        for the whole rollout, with its graph: the first cast of a weight happens in a recorded forward
+        (any forward that does not record ends the recording, `RolloutGraphs`). `budget`: the most tokens
+        the rollout runs with a graph; past it the rollout drops the graphs and generates as usual."""
         import torch
 
+        self.clear_prefix_cache()
+        self._memo, self._memo_key = {}, None
+        self.graphs = RolloutGraphs(budget)
+        try:
+            with torch.enable_grad(), self._weight_casts():
+                yield self.graphs
+        finally:
+            self.graphs.recording = False
+
+    def recorded_logits(self, prompts: list[tuple[int, ...]]) -> Any:
+        """The recording rollout's next-token logits of `prompts` (U, V) with their graphs, if it recorded
+        every one under the current weights; else None. Given out once: the store is emptied."""
+        graphs, self.graphs = self.graphs, None
+        return None if graphs is None else graphs.take(prompts, self._weights_key())
+
+    @contextlib.contextmanager
+    def _inference(self, record: bool = False) -> Any:
+        """Eval mode and no autograd (with `record`: autograd, for `recording_graphs`), restoring the model's
+        train mode afterwards."""
+        import torch
+
+        if not record and self.graphs is not None and self.graphs.recording:
+            self.graphs.stop()  # a weight cast made now, without a graph, must not reach a recorded forward
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad(), self._weight_casts():
+            with torch.enable_grad() if record else torch.no_grad(), self._weight_casts():
                 yield
         finally:
             self.model.train(was_training)
