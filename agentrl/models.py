@@ -454,6 +454,10 @@ def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = Fal
                 f"model.attn_implementation=flash_attention_2: needs a CUDA GPU (device {device}); "
                 "use model.attn_implementation=sdpa"
             )
+    if attn == "sdpa" and device == "cpu" and not model_cfg.device_map:
+        from agentrl.agents.attention import register
+
+        attn = register()  # SDPA with the query heads packed in masked multi-token forwards
     options: dict[str, Any] = {
         "dtype": dtype,
         "trust_remote_code": model_cfg.trust_remote_code,

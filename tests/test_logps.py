@@ -3,7 +3,6 @@ TRL's fused LM head."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -126,51 +125,67 @@ def test_identical_rows_run_once_with_the_gradients_of_every_copy():
     assert max(ours) <= 2, ours  # 2 distinct rows, not 5
 
 
-def test_multi_token_forwards_on_the_cpu_group_query_heads_inside_sdpa(monkeypatch):
-    """The update's kernel and prefills run SDPA with the query heads grouped over the key/value heads
-    (no `repeat_kv` copies, the same values and gradients: check_rows); a one-token decode step keeps
-    transformers' packed query, and the switch is off again outside."""
+def test_multi_token_forwards_on_the_cpu_pack_the_query_heads(monkeypatch):
+    """On a CPU the model's attention (agents/attention.py) packs the query heads of each key/value head
+    into one SDPA block in masked multi-token forwards (the update's kernel, prefills): no `repeat_kv`
+    copies, no `enable_gqa`, the values and gradients of per-row forwards (check_rows); one-token decode
+    steps keep transformers' packed query (`pack_gqa`)."""
+    import torch.nn.functional as F
     from transformers.integrations import sdpa_attention
 
+    from agentrl.agents.attention import IMPLEMENTATION
     from agentrl.agents.backends.base import SamplingConfig
     from agentrl.agents.backends.hf import HFBackend
-    from agentrl.agents.kvcache import SDPA_GQA_ENV
     from agentrl.models import load_model
 
-    monkeypatch.delenv(SDPA_GQA_ENV, raising=False)
     model, tokenizer = load_model(tiny_model_cfg(), for_training=True)
-    assert model.config.num_attention_heads > model.config.num_key_value_heads
-    calls: dict[str, list[int]] = {"repeat_kv": [], "pack_gqa": []}
+    heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
+    assert heads > kv_heads and model.config._attn_implementation == IMPLEMENTATION
+    sdpa: list[tuple[int, int, bool, bool]] = []  # (query heads, query tokens, enable_gqa, masked)
+    copies: dict[str, list[int]] = {"repeat_kv": [], "pack_gqa": []}
+    real_sdpa = F.scaled_dot_product_attention
+
+    def counted_sdpa(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+        sdpa.append(
+            (
+                query.shape[1],
+                query.shape[2],
+                kwargs.get("enable_gqa", False),
+                kwargs.get("attn_mask") is not None,
+            )
+        )
+        return real_sdpa(query, key, value, *args, **kwargs)
 
     def spy(name: str) -> Any:
         real = getattr(sdpa_attention, name)
 
         def counted(x: Any, n: int) -> Any:
             if x is not None:
-                calls[name].append(x.shape[2])  # query tokens a row (a mask's too)
+                copies[name].append(x.shape[2])
             return real(x, n)
 
         return counted
 
-    for name in calls:
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counted_sdpa)
+    for name in copies:
         monkeypatch.setattr(sdpa_attention, name, spy(name))
     system = list(range(100, 120))
-    check_rows(model, [system + p for p in ([5, 6, 7, 8], [9, 10], [5, 6, 7, 8])])  # padded rows: masked SDPA
-    kernel_forwards = calls["repeat_kv"][:]
-    assert SDPA_GQA_ENV not in os.environ
-    # check_rows's reference forwards (one row each, no mask) are transformers' own GQA; the kernel's copy nothing
-    assert kernel_forwards == [], kernel_forwards
+    check_rows(model, [system + p for p in ([5, 6, 7, 8], [9, 10], [5, 6, 7, 8])])  # padded rows: masked
+    masked = [call for call in sdpa if call[3]]
+    assert masked, sdpa
+    # kv_heads blocks of (heads / kv_heads) x tokens queries each, and nothing grouped or copied
+    assert all(
+        h == kv_heads and tokens % (heads // kv_heads) == 0 and not gqa for h, tokens, gqa, _ in masked
+    )
+    assert copies == {"repeat_kv": [], "pack_gqa": []}
 
+    sdpa.clear()
     backend = HFBackend(model, tokenizer, share_prompts=True)
     backend.generate(
         [system + [5, 6, 7], system + [9]], SamplingConfig(temperature=1.0, max_new_tokens=3), seed=0
     )
-    assert calls["repeat_kv"] == []
-    assert calls["pack_gqa"] and set(calls["pack_gqa"]) == {1}  # decode steps: one query token a row
-    assert SDPA_GQA_ENV not in os.environ
-
-    # a value the user set is left alone: "0" copies the heads as before
-    monkeypatch.setenv(SDPA_GQA_ENV, "0")
-    check_rows(model, [system + p for p in ([5, 6, 7, 8], [9, 10])])
-    assert calls["repeat_kv"]
-    assert os.environ[SDPA_GQA_ENV] == "0"
+    assert copies["repeat_kv"] == []
+    assert copies["pack_gqa"] and set(copies["pack_gqa"]) == {1}  # decode steps: one query token a row
+    assert any(
+        h == kv_heads and tokens > heads // kv_heads for h, tokens, _, _ in sdpa
+    )  # the prefill, packed

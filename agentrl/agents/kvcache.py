@@ -11,42 +11,14 @@ up exactly as if every row had its own copy.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 #: shortest common prompt prefix worth a separate pass (below it the extra call costs more than it saves)
 MIN_SHARED_PREFIX = 16
-
-#: transformers' switch that has SDPA group the query heads over the key/value heads (`enable_gqa`)
-SDPA_GQA_ENV = "TRANSFORMERS_SDPA_FORCE_GQA"
-
-
-@contextlib.contextmanager
-def grouped_query_attention(device: Any) -> Iterator[None]:
-    """Inside, multi-token forwards of a model on the CPU group its query heads inside SDPA.
-
-    Given an attention mask (every padded batch, every row past a shared head) transformers copies each
-    key/value head to its query heads (`repeat_kv`) before SDPA, because its CUDA kernels take no mask with
-    `enable_gqa`; the CPU's do, with the same outputs, and the copies and their backward go. Only for
-    forwards of several tokens a row (prefills, the update's passes): a one-token decode step groups the
-    heads by packing the query (`pack_gqa`), which on the CPU runs 6-10x faster than `enable_gqa` (SmolLM2's
-    heads, 8 rows over 350 keys: 0.23 against 1.5 ms), so decoding runs outside. The switch is an
-    environment variable transformers reads at each call: set here for the duration, left alone if the
-    user set it."""
-    if torch.device(device).type != "cpu" or SDPA_GQA_ENV in os.environ:
-        yield
-        return
-    os.environ[SDPA_GQA_ENV] = "1"
-    try:
-        yield
-    finally:
-        os.environ.pop(SDPA_GQA_ENV, None)
 
 
 def output_cache(out: Any) -> Any:
@@ -182,18 +154,6 @@ def prefill_shared(
     token (U,)).
     """
     device = next(model.parameters()).device
-    with grouped_query_attention(device):
-        return _prefill_shared(model, prompts, pad_id, prefix, hidden, device)
-
-
-def _prefill_shared(
-    model: Any,
-    prompts: list[list[int]],
-    pad_id: int,
-    prefix: tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None,
-    hidden: bool,
-    device: Any,
-) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
     kwargs: dict[str, Any] = {}
     if prefix is not None:
         common = prefix[0]
@@ -232,11 +192,9 @@ def _prefill_shared(
 
 __all__ = [
     "MIN_SHARED_PREFIX",
-    "SDPA_GQA_ENV",
     "cache_kwarg",
     "common_prefix_length",
     "expand_states",
-    "grouped_query_attention",
     "output_cache",
     "preallocate",
     "prefill_shared",

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentrl.agents.kvcache import cache_kwarg, grouped_query_attention, prefill_shared
+from agentrl.agents.kvcache import cache_kwarg, prefill_shared
 from agentrl.syncforward import synced_forwards
 from agentrl.trainers.logps import completion_logps
 from agentrl.types import Episode, StepSample
@@ -137,7 +137,7 @@ class Critic:
             raise RuntimeError("the critic has no trunk: use_reference was not called")
         out: list[torch.Tensor] = []
         # the dummies of synced_forwards run while the adapter is still off: the same modules on every process
-        with self._trunk_context(), synced_forwards(self.trunk), grouped_query_attention(self.device):
+        with self._trunk_context(), synced_forwards(self.trunk):
             for start in range(0, len(prompts), rows):
                 out.extend(
                     self._chunk_features(

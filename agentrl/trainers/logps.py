@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from agentrl.agents.kvcache import cache_kwarg, grouped_query_attention, prefill_shared
+from agentrl.agents.kvcache import cache_kwarg, prefill_shared
 
 
 def completion_logps(
@@ -114,16 +114,13 @@ def _distinct_rows_logps(
     if completion_length > 1:
         cache.batch_select_indices(inverse)
         completion_mask = attention_mask[:, prompt_length:-1]
-        # as prefill_shared's; not under activation checkpointing above, whose backward recomputes the
-        # layers outside this context and would find other tensors
-        with grouped_query_attention(input_ids.device):
-            rest = model(
-                input_ids=input_ids[:, prompt_length:-1],
-                attention_mask=torch.cat([mask[inverse], completion_mask], dim=1),
-                position_ids=last_position[inverse][:, None] + completion_mask.long().cumsum(-1).clamp(min=1),
-                use_cache=True,
-                **{cache_kwarg(model): cache},
-            )
+        rest = model(
+            input_ids=input_ids[:, prompt_length:-1],
+            attention_mask=torch.cat([mask[inverse], completion_mask], dim=1),
+            position_ids=last_position[inverse][:, None] + completion_mask.long().cumsum(-1).clamp(min=1),
+            use_cache=True,
+            **{cache_kwarg(model): cache},
+        )
         rest_logps, rest_entropy = completion_logps(rest.logits, targets[:, 1:], temperature, compute_entropy)
         logps.append(rest_logps)
         entropies.append(rest_entropy)
@@ -173,13 +170,12 @@ def processed_logps(
         ids = input_ids[start : start + rows_per_pass]
         mask = attention_mask[start : start + rows_per_pass]
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-        with grouped_query_attention(ids.device):
-            logits = model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=positions,
-                logits_to_keep=completion_length + 1,
-            ).logits[:, :-1, :]
+        logits = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            logits_to_keep=completion_length + 1,
+        ).logits[:, :-1, :]
         logits = truncate_logits(logits.float() / temperature, top_k, top_p)
         targets = ids[:, -completion_length:]
         out.append(torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1))
