@@ -70,7 +70,8 @@ def matmul_peak(rows: int = 512, seconds: float = 1.0) -> dict[str, Any]:
 class FlopCounter:
     """Forward hooks on every nn.Linear and attention module of a model, adding FLOPs and tokens to the
     current phase ("rollout", "update", "eval"); a forward with gradients adds 2x its FLOPs for the
-    backward."""
+    backward to the update, where every backward runs (a rollout that keeps its forward's graph for the
+    update, `algo.rollout_graph`, runs its forward with gradients)."""
 
     def __init__(self) -> None:
         self.phase = "setup"
@@ -84,7 +85,9 @@ class FlopCounter:
         self.chat_ids: tuple[int, int, int] | None = None  # <|im_start|>, "system", <|im_end|>
 
     def _add(self, flops: float) -> None:
-        self.flops[self.phase] += flops * (3 if torch.is_grad_enabled() else 1)
+        self.flops[self.phase] += flops
+        if torch.is_grad_enabled():
+            self.flops["update"] += 2 * flops
 
     def attach(self, model: Any, tokenizer: Any = None) -> None:
         if tokenizer is not None and "<|im_start|>" in tokenizer.get_vocab():

@@ -59,7 +59,7 @@ def test_under_bf16_autocast_the_packed_kernel_matches_sdpa():
         torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-2)
 
 
-@pytest.mark.parametrize("case", ["one query", "no mask", "heads not grouped", "dropout"])
+@pytest.mark.parametrize("case", ["no mask", "heads not grouped", "dropout"])
 def test_what_it_does_not_pack_goes_to_transformers_sdpa(monkeypatch, case):
     import transformers.integrations.sdpa_attention as sdpa_module
 
@@ -73,9 +73,7 @@ def test_what_it_does_not_pack_goes_to_transformers_sdpa(monkeypatch, case):
     monkeypatch.setattr(sdpa_module, "sdpa_attention_forward", spy)
     q, k, v, mask = _inputs()
     module, dropout = MODULE, 0.0
-    if case == "one query":
-        q, mask = q[:, :, -1:], mask[:, :, -1:]
-    elif case == "no mask":
+    if case == "no mask":  # several queries: one causal block, which packing would need a mask for
         mask = None
     elif case == "heads not grouped":
         q = q[:, :KV_HEADS]
@@ -99,3 +97,26 @@ def test_models_on_the_cpu_load_with_it_unless_another_kernel_is_asked_for():
         got = model(input_ids=ids, attention_mask=mask).logits[mask.bool()]
         want = eager(input_ids=ids, attention_mask=mask).logits[mask.bool()]
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_a_decode_step_is_packed_with_or_without_a_mask(monkeypatch, masked):
+    """One query token a row: the query heads become G queries of their key/value head (no `enable_gqa`,
+    which a batch without padding, and so without a mask, would otherwise get), with SDPA's values."""
+    import torch.nn.functional as F
+
+    q, k, v, mask = _inputs()
+    q, mask = q[:, :, -1:].detach(), (mask[:, :, -1:] if masked else None)
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(query, key, value, *args, **kwargs):
+        calls.append((query.shape[1], query.shape[2], kwargs.get("enable_gqa", False)))
+        return real(query, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    out, _ = packed_query_attention(MODULE, q, k, v, mask, scaling=DIM**-0.5)
+    assert calls == [(KV_HEADS, HEADS // KV_HEADS, False)]
+    monkeypatch.setattr(F, "scaled_dot_product_attention", real)
+    reference, _ = sdpa_attention_forward(MODULE, q, k, v, mask, scaling=DIM**-0.5)
+    torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-6)

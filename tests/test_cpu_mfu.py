@@ -38,6 +38,13 @@ def test_the_counter_counts_2n_per_token_forward_and_4n_more_backward(bench):
     model(input_ids=ids, attention_mask=torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6]))
     assert counter.flops["update"] == 3 * (2 * batch * length * linear + attention)  # + the backward
     assert (counter.tokens["update"], counter.real_tokens["update"]) == (12, 10)  # 2 padding tokens
+    # a rollout that keeps its forward's graph (algo.rollout_graph): the forward is the rollout's, its
+    # backward the update's
+    counter.phase, before = "rollout", dict(counter.flops)
+    model(input_ids=ids)
+    forward = 2 * batch * length * linear + attention
+    assert counter.flops["rollout"] - before["rollout"] == forward
+    assert counter.flops["update"] - before["update"] == 2 * forward
     counter.detach()
 
 

@@ -129,7 +129,7 @@ def test_multi_token_forwards_on_the_cpu_pack_the_query_heads(monkeypatch):
     """On a CPU the model's attention (agents/attention.py) packs the query heads of each key/value head
     into one SDPA block in masked multi-token forwards (the update's kernel, prefills): no `repeat_kv`
     copies, no `enable_gqa`, the values and gradients of per-row forwards (check_rows); one-token decode
-    steps keep transformers' packed query (`pack_gqa`)."""
+    steps pack their query heads the same way."""
     import torch.nn.functional as F
     from transformers.integrations import sdpa_attention
 
@@ -184,8 +184,10 @@ def test_multi_token_forwards_on_the_cpu_pack_the_query_heads(monkeypatch):
     backend.generate(
         [system + [5, 6, 7], system + [9]], SamplingConfig(temperature=1.0, max_new_tokens=3), seed=0
     )
-    assert copies["repeat_kv"] == []
-    assert copies["pack_gqa"] and set(copies["pack_gqa"]) == {1}  # decode steps: one query token a row
-    assert any(
-        h == kv_heads and tokens > heads // kv_heads for h, tokens, _, _ in sdpa
-    )  # the prefill, packed
+    assert copies == {"repeat_kv": [], "pack_gqa": []}
+    # decode steps: the query heads of a key/value head as that many queries; the prefill packed too
+    groups = heads // kv_heads
+    assert any(call == (kv_heads, groups, False, True) for call in sdpa)
+    assert any(h == kv_heads and tokens > groups for h, tokens, _, _ in sdpa)
+    # only the shared head's own pass (one row, causal, no mask) is left to transformers
+    assert all(not gqa for _, tokens, gqa, masked in sdpa if masked or tokens <= groups)

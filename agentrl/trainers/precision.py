@@ -72,7 +72,9 @@ def describe_cpu(flags: frozenset[str]) -> str:
 @functools.cache
 def autocast_speedup(hidden: int, intermediate: int, threads: int, rows: int = PROBE_ROWS) -> float:
     """fp32 seconds / bf16-autocast seconds of the MLP's up projection (rows x hidden -> intermediate) on
-    `threads` threads: what bf16-mixed changes in the update's matmuls. Best of 5 timings of ~5 ms."""
+    `threads` threads: what bf16-mixed changes in the update's matmuls. Best of 5 timings of ~5 ms each,
+    the two precisions taken in turn, so that another process's burst slows both sides of the ratio
+    (timed one after the other, a burst during the bf16 timings once gave 0.91x where 2.15x is usual)."""
     import torch
 
     previous = torch.get_num_threads()
@@ -82,17 +84,18 @@ def autocast_speedup(hidden: int, intermediate: int, threads: int, rows: int = P
         weight = torch.randn(intermediate, hidden)
         calls = max(1, round(PROBE_FLOPS / (2 * rows * hidden * intermediate)))
 
-        def best(autocast: bool) -> float:
-            times = []
-            for _ in range(6):  # the first is a warm-up
-                start = time.perf_counter()
-                with torch.no_grad(), torch.autocast("cpu", torch.bfloat16, enabled=autocast):
-                    for _ in range(calls):
-                        torch.nn.functional.linear(x, weight)
-                times.append(time.perf_counter() - start)
-            return min(times[1:])
+        def timed(autocast: bool) -> float:
+            start = time.perf_counter()
+            with torch.no_grad(), torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+                for _ in range(calls):
+                    torch.nn.functional.linear(x, weight)
+            return time.perf_counter() - start
 
-        return best(False) / best(True)
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(6):  # the first of each is a warm-up
+            for autocast in (False, True):
+                times[autocast].append(timed(autocast))
+        return min(times[False][1:]) / min(times[True][1:])
     finally:
         torch.set_num_threads(previous)
 
