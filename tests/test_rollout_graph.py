@@ -209,6 +209,22 @@ def _one_iteration(tmp_path: Any, monkeypatch: Any, *overrides: str) -> tuple[di
     return grads, row
 
 
+@pytest.mark.parametrize("budget", ["auto", "null", "100000"])
+def test_the_graphs_are_always_bounded(tmp_path, monkeypatch, caplog, budget):
+    """auto: the update's activation budget; a number: that many padded tokens; null (no bound on the
+    update) still bounds the rollout, which may run many more prompts than its update keeps."""
+    import logging
+    import re
+
+    with caplog.at_level(logging.INFO, logger="agentrl.trainers.multistep"):
+        _, row = _one_iteration(tmp_path, monkeypatch, f"algo.max_batch_tokens={budget}")
+    said = [m for m in caplog.messages if m.startswith("The update backpropagates through the rollout")]
+    assert len(said) == 1 and re.search(r"at most (\d+) tokens", said[0])
+    if budget == "100000":
+        assert "at most 100000 tokens" in said[0]
+    assert row["update_reused_rollout"] == 1.0
+
+
 def test_in_training_the_update_takes_the_rollouts_forward_with_the_same_gradient(tmp_path, monkeypatch):
     kept, kept_row = _one_iteration(tmp_path / "kept", monkeypatch)
     own, own_row = _one_iteration(tmp_path / "own", monkeypatch, "algo.rollout_graph=false")

@@ -60,7 +60,14 @@ from agentrl.trainers.iteration import Collector
 from agentrl.trainers.logps import kernel_applies
 from agentrl.trainers.rollout_backends import copy_rollouts, vllm_rollouts
 from agentrl.trainers.run_evals import Evaluations
-from agentrl.trainers.settings import cpu_precision_shapes, grpo_config, resolve_precision
+from agentrl.trainers.settings import (
+    AUTO_ACTIVATION_FRACTION,
+    activation_bytes_per_token,
+    cpu_precision_shapes,
+    free_memory_bytes,
+    grpo_config,
+    resolve_precision,
+)
 from agentrl.trainers.signals import StopSignals, TrainingInterrupted, signal_name
 from agentrl.types import TrainResult
 
@@ -368,13 +375,18 @@ def _keep_rollout_graph(algo: Any, spec: Any, trainer: MultiStepTrainer, collect
     if reason is not None:
         log.debug("algo.rollout_graph does not apply: %s", reason)
         return
-    # as many tokens with gradients as one update pass may run (auto: sized by the free memory)
+    # as many tokens with gradients as one update pass may run: auto's activation budget, or the padded
+    # tokens of an explicit max_batch_tokens; with none (null), the activations that fill auto's share of
+    # the free memory, since a rollout may run many more prompts than its update keeps
     budget = trainer.prompt_budget or (None if trainer.budget_completions_only else trainer.max_batch_tokens)
+    if budget is None:
+        free = free_memory_bytes(str(trainer.args.device)) * algo.memory_share
+        budget = max(1, int(free * AUTO_ACTIVATION_FRACTION) // activation_bytes_per_token(trainer.model))
     collector.record_graphs, collector.graph_budget = True, budget
     trainer.recorded_logits = collector.agent.backend.recorded_logits
     log.info(
-        "The update backpropagates through the rollout's forward (algo.rollout_graph; at most %s tokens)",
-        budget if budget is not None else "any number of",
+        "The update backpropagates through the rollout's forward (algo.rollout_graph; at most %d tokens)",
+        budget,
     )
 
 
