@@ -60,14 +60,7 @@ from agentrl.trainers.iteration import Collector
 from agentrl.trainers.logps import kernel_applies
 from agentrl.trainers.rollout_backends import copy_rollouts, vllm_rollouts
 from agentrl.trainers.run_evals import Evaluations
-from agentrl.trainers.settings import (
-    AUTO_ACTIVATION_FRACTION,
-    activation_bytes_per_token,
-    cpu_precision_shapes,
-    free_memory_bytes,
-    grpo_config,
-    resolve_precision,
-)
+from agentrl.trainers.settings import activation_budget, cpu_precision_shapes, grpo_config, resolve_precision
 from agentrl.trainers.signals import StopSignals, TrainingInterrupted, signal_name
 from agentrl.types import TrainResult
 
@@ -380,8 +373,7 @@ def _keep_rollout_graph(algo: Any, spec: Any, trainer: MultiStepTrainer, collect
     # the free memory, since a rollout may run many more prompts than its update keeps
     budget = trainer.prompt_budget or (None if trainer.budget_completions_only else trainer.max_batch_tokens)
     if budget is None:
-        free = free_memory_bytes(str(trainer.args.device)) * algo.memory_share
-        budget = max(1, int(free * AUTO_ACTIVATION_FRACTION) // activation_bytes_per_token(trainer.model))
+        budget = activation_budget(trainer.model, str(trainer.args.device), algo.memory_share)
     collector.record_graphs, collector.graph_budget = True, budget
     trainer.recorded_logits = collector.agent.backend.recorded_logits
     log.info(

@@ -94,6 +94,19 @@ def gather_fraction(model: Any, checkpointing: bool = False) -> float:
     return gathered / activation_bytes_per_token(model, checkpointing)
 
 
+def activation_budget(
+    model: Any,
+    device: str,
+    share: float = 1.0,
+    checkpointing: bool = False,
+    fraction: float = AUTO_ACTIVATION_FRACTION,
+) -> int:
+    """Tokens run with gradients whose activations fill `fraction` of `share` of the free memory (>= 1):
+    `auto_prompt_budget`'s bound without its log line (`algo.rollout_graph` under max_batch_tokens=null)."""
+    free = int(free_memory_bytes(device) * share)
+    return max(1, int(free * fraction) // activation_bytes_per_token(model, checkpointing))
+
+
 def auto_prompt_budget(
     model: Any,
     device: str,
