@@ -626,6 +626,16 @@ def _autocast_like_accelerate(model):
     return model
 
 
+@pytest.fixture
+def unpacked(monkeypatch):
+    """Generation without packed linear weights (agents/packed.py): autocast's own weight casts, as where
+    packing does not apply (not a CPU, a torch without oneDNN); tests/test_packed.py covers the packs."""
+    from agentrl.agents.packed import PackedLinears
+
+    monkeypatch.setattr(PackedLinears, "build", classmethod(lambda cls, *a, **k: None))
+
+
+@pytest.mark.usefixtures("unpacked")
 def test_a_rollout_keeps_the_weight_casts_across_generation_calls():
     """Inside `weight_casts_kept` (the Collector's rollout) every generation call reuses the casts of the
     first: each trained weight is cast once for all the calls, with the same tokens. On leaving, the casts
@@ -649,6 +659,7 @@ def test_a_rollout_keeps_the_weight_casts_across_generation_calls():
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters() if p.dim() == 2)
 
 
+@pytest.mark.usefixtures("unpacked")
 @pytest.mark.parametrize("share", [False, True])
 def test_mixed_precision_generation_casts_each_weight_once_per_call(share):
     """Under a forward wrapped in autocast, a whole generation call casts each trained weight to bf16

@@ -28,7 +28,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentrl.agents.backends.hf import autocast_wrapped
 from agentrl.agents.kvcache import cache_kwarg, prefill_shared
+from agentrl.agents.packed import PackedLinears
 from agentrl.syncforward import synced_forwards
 from agentrl.trainers.logps import completion_logps
 from agentrl.types import Episode, StepSample
@@ -103,6 +105,7 @@ class Critic:
         # iteration's log-probs per (episode, step)
         self.reference_temperature: float | None = None
         self._reference: dict[tuple[int, int], torch.Tensor] = {}
+        self._packs: PackedLinears | None = None  # the frozen trunk's linear weights, packed on a CPU
 
     def use_reference(self, reference: Any, temperature: float) -> None:
         """Take `reference` (a frozen model of the initial weights: TRL's reference policy) as the trunk;
@@ -121,6 +124,19 @@ class Critic:
     def _trunk_context(self) -> Any:
         return self.trunk.disable_adapter() if self.lora else contextlib.nullcontext()
 
+    def _packed(self) -> Any:
+        """A frozen trunk of its own (not LoRA's, which is the trained policy) on a CPU runs its linear
+        layers on weights packed once for the run (agents/packed.py; rebuilt if they ever change), in the
+        dtype its forward computes in: bf16 where accelerate's autocast wraps it."""
+        if self.lora or torch.device(self.device).type != "cpu":
+            return contextlib.nullcontext()
+        key = sum(p._version for p in self.trunk.parameters())
+        if self._packs is None or self._packs.key != key:
+            self._packs = None
+            dtype = torch.bfloat16 if autocast_wrapped(self.trunk) else None
+            self._packs = PackedLinears.build(self.trunk, dtype, key)
+        return self._packs.active() if self._packs is not None else contextlib.nullcontext()
+
     @torch.no_grad()
     def features(
         self,
@@ -137,7 +153,7 @@ class Critic:
             raise RuntimeError("the critic has no trunk: use_reference was not called")
         out: list[torch.Tensor] = []
         # the dummies of synced_forwards run while the adapter is still off: the same modules on every process
-        with self._trunk_context(), synced_forwards(self.trunk):
+        with self._trunk_context(), synced_forwards(self.trunk), self._packed():
             for start in range(0, len(prompts), rows):
                 out.extend(
                     self._chunk_features(
@@ -207,18 +223,24 @@ class Critic:
         self, features: Sequence[torch.Tensor], completions: Sequence[Sequence[int]]
     ) -> list[torch.Tensor]:
         """Each completion's token log-probs under the trunk: its LM head on the hidden states that predict
-        the tokens (the last layer's, after the final norm: what the model's own logits are made from)."""
+        the tokens (the last layer's, after the final norm: what the model's own logits are made from), in
+        the precision of the trunk's own forward (under bf16 autocast where accelerate wraps it, as the
+        trained policy's logits are: at the initial weights both then give the same log-probs)."""
         lm_head = self.trunk.get_output_embeddings()
         dtype, temperature = lm_head.weight.dtype, float(self.reference_temperature or 1.0)
+        autocast = torch.autocast(
+            torch.device(self.device).type, torch.bfloat16, enabled=autocast_wrapped(self.trunk)
+        )
         out = []
-        for f, completion in zip(features, completions, strict=True):
-            n = len(completion)
-            if n == 0:
-                out.append(f.new_zeros(0))
-                continue
-            targets = torch.tensor(completion, device=f.device)
-            logits = lm_head(f[:n].to(dtype))
-            out.append(completion_logps(logits, targets, temperature, False)[0])
+        with self._packed(), autocast:
+            for f, completion in zip(features, completions, strict=True):
+                n = len(completion)
+                if n == 0:
+                    out.append(f.new_zeros(0))
+                    continue
+                targets = torch.tensor(completion, device=f.device)
+                logits = lm_head(f[:n].to(dtype))
+                out.append(completion_logps(logits, targets, temperature, False)[0])
         return out
 
     def reference_logps(self, samples: Sequence[StepSample], width: int) -> torch.Tensor:

@@ -10,6 +10,7 @@ from typing import Any
 from agentrl.agents.backends.base import Backend, Completion, SamplingConfig, completion_length
 from agentrl.agents.backends.graphs import RolloutGraphs
 from agentrl.agents.backends.sampling import sample_tokens
+from agentrl.agents.packed import PackedLinears
 from agentrl.errors import BackendError
 from agentrl.syncforward import is_sharded
 
@@ -113,6 +114,7 @@ class HFBackend(Backend):
         self._weights_epoch = 0  # bumped by weights_changed()
         self._cache_arg = cache_kwarg(model)
         self.graphs: RolloutGraphs | None = None  # the recording rollout's (`recording_graphs`)
+        self._packs: PackedLinears | None = None  # the linear weights packed for no-grad forwards
 
     @property
     def device(self) -> Any:
@@ -127,6 +129,7 @@ class HFBackend(Backend):
         self.clear_prefix_cache()
         self._memo, self._memo_key = {}, None
         self.graphs = None
+        self._packs = None
 
     def _weights_key(self) -> tuple[int, int, int]:
         return id(self.model), self._weights_epoch, sum(p._version for p in self.model.parameters())
@@ -224,6 +227,7 @@ class HFBackend(Backend):
             with (
                 grad_context,
                 self._weight_casts(),
+                self._packed_linears(),
                 torch.random.fork_rng(devices=rng_devices, enabled=seed is not None),
             ):
                 shared = self._shared_prefix(prompts)
@@ -412,12 +416,12 @@ class HFBackend(Backend):
 
         self.clear_prefix_cache()
         self._memo, self._memo_key = {}, None
-        self.graphs = RolloutGraphs(budget)
+        graphs = self.graphs = RolloutGraphs(budget)
         try:
             with torch.enable_grad(), self._weight_casts():
-                yield self.graphs
+                yield graphs
         finally:
-            self.graphs.recording = False
+            graphs.recording = False  # `self.graphs` may be given out or dropped by now
 
     def recorded_logits(self, prompts: list[tuple[int, ...]]) -> Any:
         """The recording rollout's next-token logits of `prompts` (U, V) with their graphs, if it recorded
@@ -436,17 +440,17 @@ class HFBackend(Backend):
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.enable_grad() if record else torch.no_grad(), self._weight_casts():
+            with (
+                torch.enable_grad() if record else torch.no_grad(),
+                self._weight_casts(),
+                contextlib.nullcontext() if record else self._packed_linears(),
+            ):
                 yield
         finally:
             self.model.train(was_training)
 
     def _autocast_wrapped(self) -> bool:
-        """Whether accelerate's mixed precision wrapped the model's forward in autocast (it keeps the
-        unwrapped one as `_original_forward`): the trained model under `algo.precision=bf16-mixed`, not a
-        rollout copy (`HFCopyBackend` removes the copied wrapper)."""
-        model = self.model
-        return "forward" in vars(model) and getattr(model, "_original_forward", None) is not None
+        return autocast_wrapped(self.model)
 
     @contextlib.contextmanager
     def weight_casts_kept(self) -> Any:
@@ -458,11 +462,14 @@ class HFBackend(Backend):
         their gathered shards per call as before."""
         import torch
 
-        if is_sharded(self.model) or not self._autocast_wrapped():
-            yield
-            return
-        with torch.no_grad(), self._weight_casts():
-            yield
+        try:
+            if is_sharded(self.model) or not self._autocast_wrapped():
+                yield
+                return
+            with torch.no_grad(), self._weight_casts():
+                yield
+        finally:
+            self._packs = None  # the update runs next: its memory, not the rollout's packs
 
     def _weight_casts(self) -> Any:
         """One autocast around a whole generation call when the model's forward has its own.
@@ -479,6 +486,22 @@ class HFBackend(Backend):
         if not self._autocast_wrapped():
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    def _packed_linears(self) -> Any:
+        """The model's linear weights packed for oneDNN while the forwards inside need no gradient
+        (agents/packed.py: a decode step's few rows run up to twice as fast), made once per weights
+        version and kept until the weights change or the rollout ends (`weight_casts_kept`). On a CPU only,
+        in the dtype the layers compute in: bf16 where autocast wraps the forward, else the weights' own."""
+        import torch
+
+        if self.device.type != "cpu" or is_sharded(self.model):
+            return contextlib.nullcontext()
+        key = self._weights_key()
+        if self._packs is None or self._packs.key != key:
+            self._packs = None  # the old packs go before the new ones are made
+            dtype = torch.bfloat16 if self._autocast_wrapped() else None
+            self._packs = PackedLinears.build(self.model, dtype, key)
+        return self._packs.active() if self._packs is not None else contextlib.nullcontext()
 
     def _generator(self, sampling: SamplingConfig, seed: int | None) -> Any:
         import torch
@@ -514,6 +537,13 @@ class HFBackend(Backend):
             end = self._completion_length(row, sampling.stop)
             results.append((row[:end], lps[:end]))
         return results
+
+
+def autocast_wrapped(model: Any) -> bool:
+    """Whether accelerate's mixed precision wrapped `model`'s forward in autocast (it keeps the unwrapped
+    one as `_original_forward`): the trained model under `algo.precision=bf16-mixed` and TRL's reference
+    model, not a rollout copy (`HFCopyBackend` removes the copied wrapper)."""
+    return "forward" in vars(model) and getattr(model, "_original_forward", None) is not None
 
 
 def own_forwards(model: Any) -> Any:
