@@ -191,3 +191,83 @@ def test_multi_token_forwards_on_the_cpu_pack_the_query_heads(monkeypatch):
     assert any(h == kv_heads and tokens > groups for h, tokens, _, _ in sdpa)
     # only the shared head's own pass (one row, causal, no mask) is left to transformers
     assert all(not gqa for _, tokens, gqa, masked in sdpa if masked or tokens <= groups)
+
+
+def _plain_logps(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
+    log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logps = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return logps, -(log_probs.exp() * log_probs).sum(-1).detach()
+
+
+def test_target_logps_in_blocks_equal_the_plain_log_softmax(monkeypatch):
+    """`completion_logps` with targets runs a few positions at a time (several blocks here) and gives the
+    plain form's log-probs, entropies and logits gradients, in fp32 and from bf16 logits (the gradient then
+    in bf16, as autocast's would be), at any temperature; a repeated target, an empty batch."""
+    import agentrl.trainers.logps as logps_module
+    from agentrl.trainers.logps import completion_logps
+
+    monkeypatch.setattr(logps_module, "BLOCK_ELEMENTS", 3 * 50)  # blocks of 3 positions
+    torch.manual_seed(0)
+    targets = torch.randint(0, 50, (4, 5))
+    targets[1, 2] = targets[1, 3]
+    upstream = torch.randn(4, 5)
+    for dtype, temperature in ((torch.float32, 1.0), (torch.float32, 0.7), (torch.bfloat16, 0.7)):
+        base = (3 * torch.randn(4, 5, 50)).to(dtype)
+        got_in, expected_in = base.clone().requires_grad_(), base.clone().requires_grad_()
+        got, entropy = completion_logps(got_in, targets, temperature, compute_entropy=True)
+        expected, expected_entropy = _plain_logps(expected_in, targets, temperature)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(entropy, expected_entropy, atol=1e-5, rtol=1e-5)
+        assert not entropy.requires_grad
+        (got * upstream).sum().backward()
+        (expected * upstream).sum().backward()
+        assert got_in.grad.dtype == dtype
+        torch.testing.assert_close(
+            got_in.grad, expected_in.grad, atol=1e-5 if dtype == torch.float32 else 1e-2, rtol=1e-5
+        )
+    logps, none = completion_logps(torch.zeros(0, 3, 50), torch.zeros(0, 3, dtype=torch.long), 1.0, False)
+    assert logps.shape == (0, 3) and none is None
+
+
+def test_under_accelerates_mixed_precision_the_completion_logits_stay_bf16(monkeypatch):
+    """accelerate wraps the forward in bf16 autocast and upcasts its outputs to fp32; the kernel runs the
+    completions' forward without the upcast (the logits reach `TargetLogps` in bf16) and gets the same
+    log-probs and gradients as through the wrapped forward."""
+    import types
+
+    from accelerate.utils import convert_outputs_to_fp32
+
+    import agentrl.trainers.logps as logps_module
+    from agentrl.models import load_model
+
+    model, _ = load_model(tiny_model_cfg(), for_training=True)
+    model._original_forward = model.forward  # what accelerate's prepare_model does under bf16
+    model.forward = types.MethodType(
+        torch.autocast("cpu", dtype=torch.bfloat16)(model.forward.__func__), model
+    )
+    model.forward = types.MethodType(convert_outputs_to_fp32(model.forward.__func__), model)
+    ids = torch.tensor([[100, 101, 102, 5, 6, 11, 12, 13], [100, 101, 102, 9, 10, 14, 15, 16]])
+    mask = torch.ones_like(ids)
+    seen = []
+    forward = logps_module.TargetLogps.forward
+
+    def spy(ctx, logits, *args):
+        seen.append(logits.dtype)
+        return forward(ctx, logits, *args)
+
+    monkeypatch.setattr(logps_module.TargetLogps, "forward", staticmethod(spy))
+
+    def run() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        logps, _ = shared_prefix_logps(model, ids, mask, 3, temperature=0.7)
+        logps.sum().backward()
+        return logps.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    ours, our_grads = run()
+    assert seen == [torch.bfloat16]
+    monkeypatch.setattr(logps_module, "_keeping_output_dtype", lambda m: m)  # through accelerate's upcast
+    theirs, their_grads = run()
+    assert seen[-1] == torch.float32
+    torch.testing.assert_close(ours, theirs, atol=0, rtol=0)
+    for ours_grad, their_grad in zip(our_grads, their_grads, strict=True):
+        torch.testing.assert_close(ours_grad, their_grad, atol=1e-6, rtol=1e-3)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from agentrl.agents.backends.hf import autocast_wrapped
 from agentrl.agents.kvcache import cache_kwarg, prefill_shared
 
 
@@ -21,14 +22,72 @@ def completion_logps(
     logits: torch.Tensor, targets: torch.Tensor | None, temperature: float, compute_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log_softmax(logits / T) at the target tokens (targets None: the whole distribution), and
-    (no-grad) entropies, per position."""
+    (no-grad) entropies, per position. With targets, the fp32 work runs a few positions at a time
+    (`TargetLogps`): no positions x vocabulary fp32 tensor is made."""
+    if targets is not None:
+        return TargetLogps.apply(logits, targets, float(temperature), compute_entropy)
     log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
-    logps = log_probs if targets is None else log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     entropies = None
     if compute_entropy:
         with torch.no_grad():
             entropies = -(log_probs.exp() * log_probs).sum(-1)
-    return logps, entropies
+    return log_probs, entropies
+
+
+#: fp32 elements per block of positions in `TargetLogps` (8 MB: a block's temporaries come from the heap
+#: and stay in cache, where a whole update's (positions, vocabulary) fp32 tensors are fresh pages)
+BLOCK_ELEMENTS = 2**21
+
+
+class TargetLogps(torch.autograd.Function):
+    """log_softmax(logits / T) at the targets, and the entropy (no gradient), from (..., V) logits.
+
+    The plain form, `log_softmax(logits.float() / T).gather(...)`, makes several fp32 tensors of the
+    logits' size and keeps one for the backward: at 32 rows x 63 tokens x 49,152 that is ~400 MB each,
+    fresh pages every update. Here a block of positions at a time is upcast, its logsumexp kept (one
+    float per position), and the backward recomputes each block's softmax from the logits (kept in their
+    own dtype, bf16 under autocast) and the logsumexp:
+
+        logp_t = z_t - lse(z),  z = logits / T;   d logp_t / d logits_j = (1[j = t] - softmax(z)_j) / T
+    """
+
+    @staticmethod
+    def forward(ctx, logits, targets, temperature, compute_entropy):
+        flat, picked = logits.reshape(-1, logits.size(-1)), targets.reshape(-1, 1)
+        lse = torch.empty(flat.size(0), dtype=torch.float32, device=logits.device)
+        logps = torch.empty_like(lse)
+        entropies = torch.empty_like(lse) if compute_entropy else None
+        for start, stop in _blocks(flat):
+            z = flat[start:stop].float() / temperature
+            lse[start:stop] = torch.logsumexp(z, dim=-1)
+            logq = z.sub_(lse[start:stop, None])
+            logps[start:stop] = logq.gather(-1, picked[start:stop]).squeeze(-1)
+            if entropies is not None:
+                entropies[start:stop] = -(logq.exp() * logq).sum(-1)
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.temperature = temperature
+        if entropies is None:
+            return logps.view(targets.shape), None
+        entropies = entropies.view(targets.shape)
+        ctx.mark_non_differentiable(entropies)
+        return logps.view(targets.shape), entropies
+
+    @staticmethod
+    def backward(ctx, grad_logps, _grad_entropies):
+        logits, targets, lse = ctx.saved_tensors
+        flat, picked = logits.reshape(-1, logits.size(-1)), targets.reshape(-1, 1)
+        grad, upstream = torch.empty_like(flat), grad_logps.reshape(-1, 1).float()
+        for start, stop in _blocks(flat):
+            z = flat[start:stop].float() / ctx.temperature
+            block = z.sub_(lse[start:stop, None]).exp_().mul_(-upstream[start:stop])  # -g * softmax
+            block.scatter_add_(-1, picked[start:stop], upstream[start:stop])
+            grad[start:stop] = block.div_(ctx.temperature)
+        return grad.view(logits.shape), None, None, None
+
+
+def _blocks(flat: torch.Tensor) -> list[tuple[int, int]]:
+    rows = max(1, BLOCK_ELEMENTS // max(flat.size(-1), 1))
+    return [(s, min(s + rows, flat.size(0))) for s in range(0, flat.size(0), rows)]
 
 
 #: the rollout's next-token logits of distinct prompts, with their graphs (`HFBackend.recorded_logits`)
@@ -114,7 +173,7 @@ def _distinct_rows_logps(
     if completion_length > 1:
         cache.batch_select_indices(inverse)
         completion_mask = attention_mask[:, prompt_length:-1]
-        rest = model(
+        rest = _keeping_output_dtype(model)(
             input_ids=input_ids[:, prompt_length:-1],
             attention_mask=torch.cat([mask[inverse], completion_mask], dim=1),
             position_ids=last_position[inverse][:, None] + completion_mask.long().cumsum(-1).clamp(min=1),
@@ -125,6 +184,21 @@ def _distinct_rows_logps(
         logps.append(rest_logps)
         entropies.append(rest_entropy)
     return torch.cat(logps, dim=1), torch.cat(entropies, dim=1) if compute_entropy else None
+
+
+def _keeping_output_dtype(model: Any) -> Callable[..., Any]:
+    """`model`'s forward, without the upcast of its outputs to fp32 that accelerate's mixed precision adds
+    after its autocast: the completions' (rows, tokens, vocabulary) logits stay bf16 (`TargetLogps` upcasts
+    a block at a time) instead of a second, fp32 copy of them (and a bf16 one of its gradient)."""
+    if not autocast_wrapped(model):
+        return model
+    forward = model._original_forward  # the forward accelerate wrapped (TRL's fused-head patch, if any)
+
+    def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(kwargs["input_ids"].device.type, dtype=torch.bfloat16):
+            return forward(*args, **kwargs)
+
+    return autocast_forward
 
 
 def kernel_applies(device_type: str, processes: int) -> bool:
@@ -182,4 +256,11 @@ def processed_logps(
     return torch.cat(out)
 
 
-__all__ = ["completion_logps", "kernel_applies", "processed_logps", "shared_prefix_logps", "truncate_logits"]
+__all__ = [
+    "TargetLogps",
+    "completion_logps",
+    "kernel_applies",
+    "processed_logps",
+    "shared_prefix_logps",
+    "truncate_logits",
+]
