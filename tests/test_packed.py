@@ -197,11 +197,15 @@ def test_generation_with_packed_weights_equals_autocasts(share, monkeypatch):
 
 
 def test_a_recording_rollout_runs_no_packs():
-    """The recorded forwards need the weights' graphs: they run the layers' own forwards."""
+    """The recorded forwards need the weights' graphs: they run the layers' own forwards, and the packs an
+    evaluation made are dropped when the rollout ends."""
     backend, model = _backend(share=True)
     one = SamplingConfig(temperature=1.0, max_new_tokens=1)
-    with backend.weight_casts_kept(), backend.recording_graphs(budget=10_000):
+    backend.generate(PROMPTS, SamplingConfig(max_new_tokens=2))  # an eval: packs made
+    assert backend._packs is not None
+    with backend.recording_graphs(budget=10_000):
         backend.generate(PROMPTS, one, seed=0)
+    assert backend._packs is None  # dropped at the rollout's end, as by `weight_casts_kept`
     recorded = backend.recorded_logits([tuple(p) for p in PROMPTS[:2]])
     assert recorded is not None and recorded.requires_grad
     recorded.float().sum().backward()

@@ -422,6 +422,7 @@ class HFBackend(Backend):
                 yield graphs
         finally:
             graphs.recording = False  # `self.graphs` may be given out or dropped by now
+            self._packs = None  # as at the end of `weight_casts_kept`
 
     def recorded_logits(self, prompts: list[tuple[int, ...]]) -> Any:
         """The recording rollout's next-token logits of `prompts` (U, V) with their graphs, if it recorded
@@ -458,8 +459,8 @@ class HFBackend(Backend):
         lockstep steps are one call each, and the weights do not change until the update, so each weight
         is cast once per rollout instead of once per step (SmolLM2-135M on a 2-core CPU: ~75 ms a cast
         of all its weights). Nothing inside may take a gradient (the casts are made without one), and
-        the casts are dropped on leaving, before the update changes the weights. Sharded models cast
-        their gathered shards per call as before."""
+        the casts are dropped on leaving, before the update changes the weights, and so are the packed
+        linear weights (`_packed_linears`). Sharded models cast their gathered shards per call as before."""
         import torch
 
         try:
