@@ -135,7 +135,12 @@ def test_only_plain_float_linears_on_the_cpu_are_packed(monkeypatch):
     class Quantised(nn.Linear):  # quantised layers subclass nn.Linear
         pass
 
-    model = nn.Sequential(nn.Linear(8, 8), Quantised(8, 8), nn.Linear(8, 8).to(torch.float16))
+    class Shard(torch.Tensor):  # a weight of a tensor subclass, as FSDP's DTensor shards are
+        pass
+
+    sharded = nn.Linear(8, 8)
+    sharded.weight = nn.Parameter(sharded.weight.detach().as_subclass(Shard))
+    model = nn.Sequential(nn.Linear(8, 8), Quantised(8, 8), nn.Linear(8, 8).to(torch.float16), sharded)
     packs = PackedLinears.build(model, None)
     assert [m for m, *_ in packs.layers] == [model[0]]
     assert PackedLinears.build(nn.Sequential(Quantised(8, 8)), None) is None  # nothing to pack

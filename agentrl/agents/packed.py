@@ -10,8 +10,8 @@ with torch's linear and 95 us packed, the 576 -> 49152 LM head 4.2 ms and 2.0 ms
 the two are within 5%. In bf16 the outputs are bitwise those of autocast's linear (same kernel, same
 layout, same accumulation); in fp32 they differ from MKL's by fp32 rounding.
 
-Only plain float `nn.Linear` layers on the CPU are packed (not subclasses: quantised layers are
-`nn.Linear` subclasses). A forward that needs a gradient takes the layer's own forward, so a packed
+Only plain float `nn.Linear` layers with plain tensor weights on the CPU are packed (not subclasses:
+quantised layers are `nn.Linear` subclasses; not sharded weights: FSDP's are DTensors). A forward that needs a gradient takes the layer's own forward, so a packed
 model can still be trained inside `active()`; the packs do not follow later weight changes, so their
 owner rebuilds them when the weights change (`PackedLinears.key`).
 """
@@ -56,7 +56,7 @@ def _packable(module: nn.Module) -> bool:
     weight = getattr(module, "weight", None)
     return (
         type(module) is nn.Linear
-        and isinstance(weight, torch.Tensor)
+        and type(weight) in (torch.Tensor, nn.Parameter)  # not a shard (DTensor) or other subclass
         and weight.device.type == "cpu"
         and weight.dtype in (torch.float32, torch.bfloat16)
     )

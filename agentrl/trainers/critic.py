@@ -31,7 +31,7 @@ from torch import nn
 from agentrl.agents.backends.hf import autocast_wrapped
 from agentrl.agents.kvcache import cache_kwarg, prefill_shared
 from agentrl.agents.packed import PackedLinears
-from agentrl.syncforward import synced_forwards
+from agentrl.syncforward import is_sharded, synced_forwards
 from agentrl.trainers.logps import completion_logps
 from agentrl.types import Episode, StepSample
 
@@ -128,7 +128,7 @@ class Critic:
         """A frozen trunk of its own (not LoRA's, which is the trained policy) on a CPU runs its linear
         layers on weights packed once for the run (agents/packed.py; rebuilt if they ever change), in the
         dtype its forward computes in: bf16 where accelerate's autocast wraps it."""
-        if self.lora or torch.device(self.device).type != "cpu":
+        if self.lora or torch.device(self.device).type != "cpu" or is_sharded(self.trunk):
             return contextlib.nullcontext()
         key = sum(p._version for p in self.trunk.parameters())
         if self._packs is None or self._packs.key != key:
