@@ -60,3 +60,17 @@ class WeightCasts:
 
     def most(self) -> int:
         return max((self.casts.count(ptr) for ptr in set(self.casts)), default=0)
+
+
+def autocast_like_accelerate(model: Any) -> Any:
+    """What accelerate's `prepare_model` does to the forward under bf16 mixed precision (accelerator.py):
+    keep the plain forward as `_original_forward`, wrap the forward in bf16 autocast."""
+    import types
+
+    import torch
+
+    model._original_forward = model.forward
+    model.forward = types.MethodType(
+        torch.autocast("cpu", dtype=torch.bfloat16)(model.forward.__func__), model
+    )
+    return model

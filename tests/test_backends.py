@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
-from helpers import WeightCasts
+from helpers import WeightCasts, autocast_like_accelerate
 
 from agentrl.agents.backends import (
     HFBackend,
@@ -614,18 +614,6 @@ def test_one_token_answers_reuse_logits_until_the_weights_change(monkeypatch):
     assert [ids for ids, _ in after] == [ids for ids, _ in fresh]
 
 
-def _autocast_like_accelerate(model):
-    """What accelerate's `prepare_model` does to the forward under mixed precision (accelerator.py): keep
-    the plain forward as `_original_forward`, wrap the forward in bf16 autocast."""
-    import types
-
-    model._original_forward = model.forward
-    model.forward = types.MethodType(
-        torch.autocast("cpu", dtype=torch.bfloat16)(model.forward.__func__), model
-    )
-    return model
-
-
 @pytest.fixture
 def unpacked(monkeypatch):
     """Generation without packed linear weights (agents/packed.py): autocast's own weight casts, as where
@@ -641,7 +629,7 @@ def test_a_rollout_keeps_the_weight_casts_across_generation_calls():
     first: each trained weight is cast once for all the calls, with the same tokens. On leaving, the casts
     are dropped: the next training forward casts again and its backward reaches every weight."""
     model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
-    model = _autocast_like_accelerate(model)
+    model = autocast_like_accelerate(model)
     model.train()
 
     backend = HFBackend(model, tokenizer)
@@ -665,7 +653,7 @@ def test_mixed_precision_generation_casts_each_weight_once_per_call(share):
     """Under a forward wrapped in autocast, a whole generation call casts each trained weight to bf16
     once, not once per decoded token, and generates what the wrapped forward alone generates."""
     model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
-    model = _autocast_like_accelerate(model)
+    model = autocast_like_accelerate(model)
     model.train()
 
     backend = HFBackend(model, tokenizer, share_prompts=share)

@@ -8,6 +8,7 @@ import types
 
 import pytest
 import torch
+from helpers import autocast_like_accelerate
 from torch import nn
 
 from agentrl.agents.backends.base import SamplingConfig
@@ -37,16 +38,6 @@ def _qwen_shaped(seed: int = 0) -> nn.Module:
             if isinstance(module, nn.Linear) and module.bias is not None:
                 module.bias.normal_()
     return model.eval()
-
-
-def _autocast_like_accelerate(model: nn.Module) -> nn.Module:
-    """accelerate's `prepare_model` under bf16 mixed precision: the forward wrapped in autocast, the plain
-    one kept as `_original_forward`."""
-    model._original_forward = model.forward
-    model.forward = types.MethodType(
-        torch.autocast("cpu", dtype=torch.bfloat16)(model.forward.__func__), model
-    )
-    return model
 
 
 def _count_packings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -155,7 +146,7 @@ def _backend(share: bool) -> tuple[HFBackend, nn.Module]:
     from agentrl.models import load_model
 
     model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
-    model = _autocast_like_accelerate(model)
+    model = autocast_like_accelerate(model)
     model.train()
     return HFBackend(model, tokenizer, share_prompts=share), model
 
@@ -231,8 +222,8 @@ def test_the_critic_scores_the_reference_in_the_policys_precision(pack, monkeypa
 
     if not supported(torch.bfloat16):
         pytest.skip("no bf16 oneDNN linear on this CPU")
-    policy = _autocast_like_accelerate(_qwen_shaped())
-    reference = _autocast_like_accelerate(copy.deepcopy(_qwen_shaped()))
+    policy = autocast_like_accelerate(_qwen_shaped())
+    reference = autocast_like_accelerate(copy.deepcopy(_qwen_shaped()))
     critic = Critic(policy, reference_trunk=True)
     critic.use_reference(reference, temperature=0.7)
 
