@@ -58,6 +58,12 @@ PRESETS = ("frozenlake_learn", "kitchen_learn", "snake_learn", "rlft_tictactoe")
 #: no-grad forwards the rows carry into the update (reference and old log-probs)
 PHASES = ("iteration_s", "rollout_s", "credit_s", "prepare_s", "update_s")
 TRAIN_KEYS = ("train/mean_return", "train/success_rate", "train/invalid_rate", "train/untagged_rate")
+#: an iteration's work, which differs between sides whose agents act differently (episode lengths, a
+#: second rollout round, the update's rows); every version of `agentrl train` compared so far writes them
+WORK_KEYS = ("train/episodes", "train/mean_length", "rollout_rounds", "samples", "train_tokens")
+#: seconds per unit of work: the rollout's per environment step of all its episodes, the update's per
+#: 1,000 tokens of its rows (prompt + completion, a shared head counted in every row)
+RATES = ("rollout_s_per_step", "update_s_per_ktoken")
 #: keys the benchmark sets itself: an override of one would break the run layout or the comparison
 OWNED_KEYS = frozenset({"experiment", "seed", "algo.iterations", "hydra.run.dir"})
 LABEL = re.compile(r"[A-Za-z0-9_.-]+")
@@ -315,8 +321,8 @@ def read_run(run_dir: Path, iterations: int) -> dict[str, Any]:
     (eval.json, the episodes' returns from episodes.jsonl); `missing` lists what it did not write."""
     missing = [name for name in ("metrics.jsonl", "eval.json") if not (run_dir / name).is_file()]
     rows = read_jsonl(run_dir / "metrics.jsonl")
-    kept = ("iteration", *PHASES, *TRAIN_KEYS)
-    result: dict[str, Any] = {"iterations": [{k: row.get(k) for k in kept} for row in rows]}
+    kept = ("iteration", *PHASES, *TRAIN_KEYS, *WORK_KEYS)
+    result: dict[str, Any] = {"iterations": [with_rates({k: row.get(k) for k in kept}) for row in rows]}
     if len(rows) < iterations:
         missing.append(f"iterations {len(rows) + 1}..{iterations}")
     result["median"] = phase_medians(result["iterations"], warmup=iterations >= 3)
@@ -326,6 +332,28 @@ def read_run(run_dir: Path, iterations: int) -> dict[str, Any]:
     if missing:
         result["missing"] = missing
     return result
+
+
+def with_rates(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` with its rollout steps and its seconds per unit of work (None where a key is missing)."""
+    episodes, length = row.get("train/episodes"), row.get("train/mean_length")
+    steps = (
+        episodes * length if isinstance(episodes, int | float) and isinstance(length, int | float) else None
+    )
+    tokens = row.get("train_tokens")
+    return {
+        **row,
+        "rollout_steps": steps,
+        "rollout_s_per_step": per(row.get("rollout_s"), steps),
+        "update_s_per_ktoken": per(
+            row.get("update_s"), tokens / 1000 if isinstance(tokens, int | float) else None
+        ),
+    }
+
+
+def per(value: Any, amount: Any) -> float | None:
+    ok = isinstance(value, int | float) and isinstance(amount, int | float) and amount > 0
+    return value / amount if ok else None
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -371,7 +399,7 @@ def summarize(
         ref = block.get(reference, {})
         for label in sides:
             row = {"preset": preset, "side": label, **block[label]}
-            for phase in PHASES:
+            for phase in (*PHASES, *RATES):
                 row[f"speedup_{phase}"] = ratio(row[f"median_{phase}"], ref.get(f"median_{phase}"))
             rows.append(row)
     return rows
@@ -382,6 +410,8 @@ def summarize_side(runs: list[dict[str, Any]], warmup: bool) -> dict[str, Any]:
     pooled = [row for r in ok for row in timed(r["iterations"], warmup)]
     summary: dict[str, Any] = {"runs": len(runs), "failed": len(runs) - len(ok)}
     summary.update({f"median_{phase}": median([row.get(phase) for row in pooled]) for phase in PHASES})
+    work = ("rollout_steps", "train_tokens", "rollout_rounds", *RATES)
+    summary.update({f"median_{key}": median([row.get(key) for row in pooled]) for key in work})
     summary.update(learning(ok))
     return summary
 
@@ -499,6 +529,23 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {pm(r['train_return'], r['train_return_se'])} | {cell(r['train_success_rate'], '.2f')} "
             f"| {cell(r['train_invalid_rate'], '.2f')} | {pm(r['eval_return'], r['eval_return_se'])} "
             f"| {cell(r['eval_success_rate'], '.2f')} | {r['runs']} ({r['failed']}) |"
+        )
+    lines += [
+        "",
+        "Work per iteration (medians over the same iterations) and seconds per unit of it: the sides' agents "
+        "act differently, so an iteration's rollout steps and update tokens differ between them:",
+        "",
+        "| preset | side | rollout steps | rollout rounds | update tokens | rollout ms/step | speedup "
+        "| update ms/1k tokens | speedup |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ms = [None if r[f"median_{k}"] is None else 1000 * r[f"median_{k}"] for k in RATES]
+        lines.append(
+            f"| {r['preset']} | {r['side']} | {cell(r['median_rollout_steps'], '.0f')} "
+            f"| {cell(r['median_rollout_rounds'], '.0f')} | {cell(r['median_train_tokens'], '.0f')} "
+            f"| {cell(ms[0], '.0f')} | {cell(r['speedup_rollout_s_per_step'], '.2f', 'x')} "
+            f"| {cell(ms[1], '.0f')} | {cell(r['speedup_update_s_per_ktoken'], '.2f', 'x')} |"
         )
     steps = max((len(r["train_return_per_iteration"]) for r in rows), default=0)
     lines += [

@@ -120,3 +120,54 @@ def test_a_decode_step_is_packed_with_or_without_a_mask(monkeypatch, masked):
     monkeypatch.setattr(F, "scaled_dot_product_attention", real)
     reference, _ = sdpa_attention_forward(MODULE, q, k, v, mask, scaling=DIM**-0.5)
     torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_the_mask_is_packed_and_converted_once_per_forward_as_sdpa_would(monkeypatch, autocast):
+    """Every layer of a forward gets the same boolean mask: the packed additive mask is made once and
+    gives SDPA's own outputs and gradients for the boolean one bitwise; a mask changed in place is
+    packed again."""
+    import torch.nn.functional as F
+
+    real = F.scaled_dot_product_attention
+    seen = []
+
+    def spy(query, key, value, attn_mask=None, **kwargs):
+        seen.append(attn_mask)
+        return real(query, key, value, attn_mask=attn_mask, **kwargs)
+
+    dtype = torch.bfloat16 if autocast else torch.float32  # a model's q, k, v: its linears' outputs
+
+    def run(attention):
+        q, k, v, mask = _inputs(dtype)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            layers = [attention(MODULE, q, k, v, mask, scaling=DIM**-0.5)[0] for _ in range(3)]
+        sum(o.float().sum() for o in layers).backward()
+        return [o.detach() for o in layers], (q.grad, k.grad, v.grad), mask
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    outs, grads, mask = run(packed_query_attention)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", real)
+    assert seen[0] is seen[1] is seen[2]  # one packed mask for the three layers
+    assert seen[0].dtype == dtype
+    boolean = mask.expand(BATCH, 1, QUERIES, mask.shape[-1])[:, :, None]
+    boolean = boolean.expand(BATCH, 1, HEADS // KV_HEADS, QUERIES, mask.shape[-1]).flatten(2, 3)
+    assert torch.equal(seen[0] == 0, boolean) and torch.equal(seen[0] != 0, seen[0].isneginf())
+
+    def boolean_sdpa(module, q, k, v, m, scaling):  # the packing with SDPA's own conversion
+        b, h, length, d = q.shape
+        packed = q.reshape(b, KV_HEADS, h // KV_HEADS * length, d)
+        out = real(packed, k, v, attn_mask=boolean, scale=scaling)
+        return out.reshape(b, h, length, d).transpose(1, 2).contiguous(), None
+
+    want_outs, want_grads, _ = run(boolean_sdpa)
+    for got, want in zip([*outs, *grads], [*want_outs, *want_grads], strict=True):
+        assert torch.equal(got, want)
+
+    q, k, v, mask = _inputs()
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    seen.clear()
+    packed_query_attention(MODULE, q, k, v, mask, scaling=DIM**-0.5)
+    mask[0, :, :, -1] = False  # in place: the next layer must see it
+    packed_query_attention(MODULE, q, k, v, mask, scaling=DIM**-0.5)
+    assert seen[0] is not seen[1] and seen[1][0, :, :, -1].isneginf().all()

@@ -114,6 +114,41 @@ def test_speedup_is_the_ratio_of_medians_pooled_over_seeds(bench, tmp_path):
     assert "2.00x" in table and max(len(line) for line in table.splitlines()) <= 80
 
 
+def test_seconds_per_unit_of_work_where_the_sides_work_differs(bench, tmp_path):
+    """Both sides take 2 s of rollout an iteration, but the baseline's episodes run twice the steps:
+    per step it is the faster one; the update per 1,000 tokens likewise."""
+    runs = []
+    for side, length, tokens in (("baseline", 6.0, 4000), ("current", 3.0, 1000)):
+        run_dir = write_run(tmp_path / side, [8.0, 8.0, 8.0], [0.0, 0.0, 0.0], [0.0])
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        for row in rows:
+            row.update({"train/episodes": 24, "train/mean_length": length, "train_tokens": tokens})
+            row.update({"rollout_rounds": 1, "samples": 20})
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        runs.append(record(bench, run_dir, side, 0, 3))
+    baseline, current = bench.summarize(runs, ["baseline", "current"], ["p"], True, "current")
+    assert baseline["speedup_iteration_s"] == 1.0  # the same seconds per iteration
+    assert (baseline["median_rollout_steps"], current["median_rollout_steps"]) == (144.0, 72.0)
+    assert baseline["median_rollout_s_per_step"] == pytest.approx(2.0 / 144)
+    assert baseline["speedup_rollout_s_per_step"] == pytest.approx(0.5)
+    assert current["median_update_s_per_ktoken"] == pytest.approx(6.0)
+    assert baseline["speedup_update_s_per_ktoken"] == pytest.approx(0.25)
+    result = {
+        "summary": [baseline, current],
+        "command": "c",
+        "cpu_model": "cpu",
+        "threads": 2,
+        "load_average": {"start": [0], "end": [0]},
+        "seeds": [0],
+        "iterations": 3,
+        "sides": [],
+        "warmup_excluded": True,
+        "reference": "current",
+        "runs": runs,
+    }
+    assert "| p | baseline | 144 | 1 | 4000 | 14 | 0.50x | 1500 | 0.25x |" in bench.markdown(result)
+
+
 def test_a_failed_run_is_marked_and_the_others_still_count(bench, tmp_path):
     runs = [
         record(bench, write_run(tmp_path / "b0", [5.0], [0.0], None), "baseline", 0, 1, rc=1),
