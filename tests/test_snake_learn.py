@@ -120,6 +120,7 @@ def test_snake_learn_composes_with_its_settings():
     assert cfg.algo.name == "msgrpo" and cfg.algo.max_steps == 8  # training: 8-move episodes
     assert cfg.agent.prefill == "The snake moves" and cfg.agent.sampling.max_new_tokens == 1
     assert cfg.algo.max_batch_tokens and cfg.algo.top_k == 0 and cfg.eval.episodes >= 50
+    assert not cfg.algo.rollout_graph  # the update keeps a sixth of the rollout's prompts
 
 
 def test_snake_moves_are_one_token_after_the_preset_s_prefill():
