@@ -111,8 +111,8 @@ def _packed_mask(
     """`mask` (B, 1, L, S) repeated over the G query heads packed into one block, (B, 1, G * L, S): in
     `dtype` as additive 0 / -inf (what SDPA converts a boolean mask into, at every call), else boolean.
 
-    A model's forward hands every layer the same mask: it is packed and converted once per forward (the
-    per-layer conversion was a tenth of a layer's attention on Snake's 500-key rows)."""
+    A model's forward hands every layer the same mask: it is packed and converted once per forward
+    (converting it in every layer costs a tenth of a layer's attention on Snake's 500-key rows)."""
     global _last_packed
     batch, groups, length, keys = shape
     # tensors made under inference mode keep no version counter: for them the mask's identity (a live
