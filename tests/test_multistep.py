@@ -156,9 +156,54 @@ def completion_logp(model: Any, sample: StepSample) -> float:
 
 
 def test_update_with_nonzero_advantages_changes_every_trainable_parameter(tmp_path):
-    _, before, after = one_update(tmp_path, rows([1.0, -1.0, 0.5, -0.5]))
+    model, before, after = one_update(tmp_path, rows([1.0, -1.0, 0.5, -0.5]))
     unchanged = [n for n in before if torch.equal(before[n], after[n])]
     assert unchanged == []
+    assert model.get_input_embeddings().sparse  # the tied embedding's lookups give sparse gradients
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_sparse_embedding_gradients_give_the_same_dense_gradient(tied):
+    """Two lookups (a shared head and its rows) and the tied LM head: the sparse lookups add into the
+    head's dense gradient, equal to the dense lookups'; an untied or frozen embedding is left alone."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from agentrl.trainers.grpo_trainer import sparse_embedding_gradients
+
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=tied,
+    )
+
+    def gradients(sparse: bool) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+        if sparse:
+            assert sparse_embedding_gradients(model) is tied
+        head = model(input_ids=torch.tensor([[1, 2, 3, 2]]), use_cache=True)
+        tail = model(input_ids=torch.tensor([[5, 2], [7, 7]]), cache=_expand(head, 2))
+        loss = (tail.logits.log_softmax(-1)[..., 3] * torch.tensor([1.0, -0.5])[:, None]).sum()
+        loss.backward()
+        return {n: p.grad for n, p in model.named_parameters()}
+
+    dense, sparse = gradients(False), gradients(True)
+    for name, grad in sparse.items():
+        assert grad.layout == torch.strided, name
+        torch.testing.assert_close(grad, dense[name], rtol=1e-5, atol=1e-7)
+    frozen = LlamaForCausalLM(config)
+    frozen.get_input_embeddings().weight.requires_grad_(False)
+    assert not sparse_embedding_gradients(frozen) and not frozen.get_input_embeddings().sparse
+
+
+def _expand(out: Any, rows: int) -> Any:
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(rows)
+    return cache
 
 
 @pytest.mark.parametrize(("checkpointing", "per_pass"), [(False, [2, 2]), (True, [1, 1])])
