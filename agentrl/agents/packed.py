@@ -11,9 +11,10 @@ the two are within 5%. In bf16 the outputs are bitwise those of autocast's linea
 layout, same accumulation); in fp32 they differ from MKL's by fp32 rounding.
 
 Only plain float `nn.Linear` layers with plain tensor weights on the CPU are packed (not subclasses:
-quantised layers are `nn.Linear` subclasses; not sharded weights: FSDP's are DTensors). A forward that needs a gradient takes the layer's own forward, so a packed
-model can still be trained inside `active()`; the packs do not follow later weight changes, so their
-owner rebuilds them when the weights change (`PackedLinears.key`).
+quantised layers are `nn.Linear` subclasses; not sharded weights: FSDP's are DTensors). A forward that
+needs a gradient takes the layer's own forward, so a packed model can still be trained inside `active()`;
+the packs do not follow later weight changes, so their owner rebuilds them when the weights change
+(`PackedLinears.key`).
 """
 
 from __future__ import annotations
