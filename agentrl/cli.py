@@ -1,4 +1,4 @@
-"""The `agentrl` command line. Every command is thin: it parses, then calls run.py / evaluation.py /
+"""The `agentrl` command line. Every command is thin: it parses, then calls runs/launch.py / evaluation.py /
 report/. Overrides are plain Hydra syntax: `key=value`, `group=option`, `+new=value`."""
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ def eval_(overrides: Overrides = None, dry_run: DryRun = False) -> None:
 
     Plays eval.episodes episodes on held-out seeds and writes eval.json, episodes.jsonl (and
     transcripts.jsonl for LLM agents) into a new run directory."""
-    from agentrl.run import launch
+    from agentrl.runs.launch import launch
 
     setup_logging()
     overrides = _overrides(overrides)
@@ -277,8 +277,8 @@ def eval_(overrides: Overrides = None, dry_run: DryRun = False) -> None:
 def _print_plan(task: str, overrides: list[str], resume: Path | None = None) -> None:
     """--dry-run: the checked config's summary and the run directory, then every check that failed
     (one `error:` line each, exit 2); nothing run."""
-    from agentrl.plan import plan_lines
-    from agentrl.run import dry_run
+    from agentrl.runs.launch import dry_run
+    from agentrl.runs.plan import plan_lines
 
     plan = dry_run(task, overrides, resume=resume)
     console.print("\n".join(plan_lines(plan)), markup=False, highlight=False, soft_wrap=True)
@@ -315,8 +315,8 @@ def train(
 
     Writes metrics.jsonl, TensorBoard events, checkpoints and eval.json (before and after training)
     into a new run directory."""
-    from agentrl.run import launch
-    from agentrl.sweep import preset_sets_algo
+    from agentrl.runs.launch import launch
+    from agentrl.runs.sweep import preset_sets_algo
 
     setup_logging()
     overrides = _overrides(overrides)
@@ -426,15 +426,15 @@ def sweep(
 
     Each job gets its own run directory under outputs/multirun/<date>/<time>/; a summary table follows.
     hydra/launcher=joblib runs jobs in parallel, hydra/launcher=slurm submits them to SLURM."""
-    from agentrl.run import launch
-    from agentrl.sweep import check_launcher, print_summary, sweep_trains
+    from agentrl.runs.launch import launch
+    from agentrl.runs.sweep import check_launcher, print_summary, sweep_trains
 
     setup_logging()
     overrides = _overrides(overrides)
     check_launcher(overrides)
     task = task or ("train" if sweep_trains(overrides) else "eval")
     if not any(o.startswith("hydra.sweep.dir=") for o in overrides):
-        from agentrl.rundir import new_run_id, run_time
+        from agentrl.runs.rundir import new_run_id, run_time
 
         # fixed here (not left to Hydra's resolvers) so the summary below knows the directory; the id keeps
         # two sweeps started in the same millisecond apart
@@ -442,7 +442,7 @@ def sweep(
         overrides.append(f"hydra.sweep.dir=outputs/multirun/{stamp}")
     sweep_dir = Path(next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")))
     if dry_run:
-        from agentrl.run import sweep_plan
+        from agentrl.runs.launch import sweep_plan
 
         lines, problems = sweep_plan(task, overrides)
         console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
@@ -480,7 +480,7 @@ def play(overrides: Overrides = None) -> None:
     from agentrl.envs import env_factory
     from agentrl.errors import ConfigError
     from agentrl.rollout import rollout
-    from agentrl.run import check_job
+    from agentrl.runs.launch import check_job
 
     overrides = _overrides(overrides)
     picked = [o for o in overrides if o.partition("=")[0].lstrip("+") == "agent"]

@@ -165,7 +165,7 @@ def shared_atomic_dir(final_path: Path) -> Iterator[Path]:
     """`runlog.atomic_dir` for every process at once: all write into one staging directory (each its own
     files: its RNG state, its shards), and process 0 puts it in place in one rename once all are done.
     Call it on every process."""
-    from agentrl.runlog import atomic_dir, replace_dir
+    from agentrl.runs.runlog import atomic_dir, replace_dir
 
     if not active():
         with atomic_dir(final_path) as tmp:
@@ -188,7 +188,7 @@ def accelerate_config(name: str) -> Path:
     """The accelerate config TRL ships for a `distributed` option (ddp -> multi_gpu.yaml, zero3, ...)."""
     import trl
 
-    from agentrl.config.schema import ACCELERATE_CONFIGS
+    from agentrl.config.distributed import ACCELERATE_CONFIGS
 
     return Path(trl.__file__).parent / "accelerate_configs" / f"{ACCELERATE_CONFIGS[name]}.yaml"
 

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from agentrl.diagnostics import diagnostics_section
 from agentrl.envs import TextEnv
 from agentrl.rollout import rollout
-from agentrl.runlog import progress, write_json
+from agentrl.runs.runlog import progress, write_json
 from agentrl.types import Agent, Episode
 
 

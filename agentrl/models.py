@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config import typed
-from agentrl.config.schema import LoRAConfig, ModelConfig
+from agentrl.config.model import LoRAConfig, ModelConfig
 from agentrl.errors import ConfigError, ModelLoadError
-from agentrl.runlog import atomic_dir
+from agentrl.runs.runlog import atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +287,14 @@ def check_model(model_cfg: Any) -> None:
         check_model_source(cfg.tokenizer, "model.tokenizer")
 
 
+def prelaunch_check(cfg: Any, machine: Any) -> None:
+    """The weights a training run loads can be found (an eval's agent checks its own model)."""
+    from agentrl.runs import checks
+
+    if checks.trains_llm(cfg):
+        machine(check_model, cfg.model)
+
+
 def _offline_reason() -> str | None:
     """The environment variable that switches the hub off, if one is set."""
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
@@ -455,7 +463,7 @@ def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = Fal
                 "use model.attn_implementation=sdpa"
             )
     if attn == "sdpa" and device == "cpu" and not model_cfg.device_map:
-        from agentrl.agents.attention import register
+        from agentrl.kernels.attention import register
 
         attn = register()  # SDPA with the query heads packed in masked multi-token forwards
     options: dict[str, Any] = {
@@ -579,3 +587,18 @@ __all__ = [
     "resolve_name_or_path",
     "smollm2_gguf_dir",
 ]
+
+
+def model_shapes(model_cfg: Any) -> tuple[int, int] | None:
+    """(hidden size, MLP size) from the model's config.json, without loading weights; None if unknown."""
+    try:
+        from transformers import AutoConfig
+
+        path = resolve_name_or_path(model_cfg)
+        base = _adapter_base(path)
+        config = AutoConfig.from_pretrained(check_model_source(base) if base else path).get_text_config()
+        hidden = int(config.hidden_size)
+        return hidden, int(getattr(config, "intermediate_size", None) or 4 * hidden)
+    except Exception as exc:  # any unreadable config only means "measure nothing": fp32
+        log.debug("no layer sizes for the precision probe: %s", exc)
+        return None

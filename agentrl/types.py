@@ -7,6 +7,7 @@ trainers can all depend on this module without depending on each other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -14,6 +15,10 @@ import numpy as np
 
 if TYPE_CHECKING:
     from agentrl.envs.base import TextEnv
+
+#: an env config (its `name` and the constructor's arguments) -> a zero-argument constructor of that env
+#: (`agentrl.envs.env_factory`). The runner hands it to the trainers, which import no env module.
+EnvFactory = Callable[[Any], Callable[[], "TextEnv"]]
 
 
 @dataclass

@@ -230,12 +230,13 @@ def preset_config(preset: str, threads: int, extra: list[str]) -> Any:
 
 def one_iteration(preset: str, threads: int, extra: list[str], peak: dict[str, Any]) -> dict[str, Any]:
     """FLOPs, tokens, seconds and MFU of one iteration's rollout and update."""
+    from agentrl.envs import env_factory
     from agentrl.trainers.multistep import train_llm
 
     cfg = preset_config(preset, threads, extra)
     counter, clock = FlopCounter(), defaultdict(float)
     with tempfile.TemporaryDirectory() as tmp, phases(counter, clock):
-        train_llm(cfg, Path(tmp))
+        train_llm(cfg, Path(tmp), env_factory)
     precision = precision_of(cfg)
     peak_flops = peak["bfloat16" if precision != "fp32" else "float32"]["peak_gflops"] * 1e9
     wall = {"rollout": clock["rollout"], "update": clock["train"] - clock["rollout"]}
@@ -261,7 +262,7 @@ def one_iteration(preset: str, threads: int, extra: list[str], peak: dict[str, A
 
 
 def precision_of(cfg: Any) -> str:
-    from agentrl.trainers.precision import model_shapes
+    from agentrl.models import model_shapes
     from agentrl.trainers.settings import resolve_precision
 
     return resolve_precision(str(cfg.algo.precision), "cpu", model_shapes(cfg.model))
@@ -272,12 +273,13 @@ def profile_iteration(preset: str, threads: int, extra: list[str], top: int = 12
     time no torch operator accounts for."""
     from torch.profiler import ProfilerActivity, profile
 
+    from agentrl.envs import env_factory
     from agentrl.trainers.multistep import train_llm
 
     cfg = preset_config(preset, threads, extra)
     with tempfile.TemporaryDirectory() as tmp, profile(activities=[ProfilerActivity.CPU]) as prof:
         start, cpu = time.perf_counter(), time.process_time()
-        train_llm(cfg, Path(tmp))
+        train_llm(cfg, Path(tmp), env_factory)
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     events = prof.key_averages()
     total_self = sum(e.self_cpu_time_total for e in events) / 1e6
@@ -375,7 +377,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every preset (after --)")
     args = parser.parse_args()
 
-    from agentrl.trainers.precision import cpu_flags, describe_cpu
+    from agentrl.kernels.precision import cpu_flags, describe_cpu
 
     torch.set_num_threads(args.threads)
     result: dict[str, Any] = {

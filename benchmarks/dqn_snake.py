@@ -72,7 +72,7 @@ def main() -> None:
     run_dir = args.out or Path(tempfile.mkdtemp(prefix="dqn_snake_"))
     steps = int(cfg.algo.total_timesteps)
     console.print(f"training DQN for {steps:,} steps into {run_dir} ...")
-    result = train_dqn(cfg, run_dir)
+    result = train_dqn(cfg, run_dir, env_factory)
     minutes = result.extra["train_time_s"] / 60  # training only, not the evaluation
     # The saved model, loaded as `agentrl eval agent=dqn` does, so the row is what a user gets back.
     rows.append(("dqn", _eval(make_env, load_dqn_agent(run_dir), seeds), steps, minutes))

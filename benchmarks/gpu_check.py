@@ -20,7 +20,7 @@ fp32 master weights under bf16 autocast; fp32 on CPU):
 Both also assert a finite, positive gradient norm in every iteration. Reported per run: rollout and
 update tokens/s (steady state = the last iteration; the first pays for warm-up), peak GPU memory
 (`torch.cuda.max_memory_allocated`), and MFU = the FLOPs the update executed / update seconds / peak bf16
-FLOP/s, counted by `agentrl.flops.update_flops` from each iteration's rows: TRL's pass per row on CUDA
+FLOP/s, counted by `agentrl.kernels.flops.update_flops` from each iteration's rows: TRL's pass per row on CUDA
 (the shared-prefix kernel's distinct prompts once on the CPU), the LM head on completion tokens only, the
 attention term, and a backward of 2x the forward where weights train and 1x where they are frozen (LoRA).
 The GPU's peak comes from a small table (H100, H200, A100, L40S; dense bf16) or `--peak-tflops`.
@@ -111,7 +111,7 @@ def peak_tflops(device_name: str) -> float | None:
 
 def mfu(flops: float, seconds: float, peak: float | None) -> float | None:
     """Model FLOPs utilisation: executed model FLOPs / seconds / peak FLOP/s (None without a peak)."""
-    from agentrl.flops import mfu as flops_mfu
+    from agentrl.kernels.flops import mfu as flops_mfu
 
     return flops_mfu(flops, seconds, peak)
 
@@ -214,7 +214,8 @@ def run_one(
     import agentrl.models
     import agentrl.trainers.multistep as multistep
     from agentrl.config import compose_config, typed
-    from agentrl.flops import Shape, update_flops
+    from agentrl.envs import env_factory
+    from agentrl.kernels.flops import Shape, update_flops
     from agentrl.trainers.grpo_trainer import MultiStepTrainer
     from agentrl.trainers.logps import kernel_applies
     from agentrl.trainers.multistep import train_llm
@@ -292,7 +293,7 @@ def run_one(
     MultiStepTrainer._pack_micro_batches = recording_pack
     start = time.perf_counter()
     try:
-        train_llm(cfg, run_dir)
+        train_llm(cfg, run_dir, env_factory)
     finally:
         for module in patched:
             module.load_model = real_load
@@ -362,7 +363,7 @@ def run_one(
     base_dtype = (
         str(next(p for p in model.parameters() if not p.requires_grad).dtype) if mode == "lora" else None
     )
-    # D1: the FLOPs the update executes (agentrl/flops.py): each distinct prompt once under the shared-prefix
+    # D1: the FLOPs the update executes (agentrl/kernels/flops.py): each distinct prompt once under the shared-prefix
     # kernel (CPU), every row whole under TRL's fused path (CUDA), the LM head on completions, attention
     shape = Shape.from_config(model.config)
     kernel = kernel_applies(args.device.split(":")[0], 1)
@@ -411,7 +412,7 @@ def run_one(
         "rollout_tokens_per_s": steady.get("rollout_tokens_per_s"),
         "update_tokens_per_s": steady.get("update_tokens_per_s"),
         "mfu": steady.get("mfu"),
-        "mfu_flops": "agentrl.flops.update_flops: executed forward+backward FLOPs"
+        "mfu_flops": "agentrl.kernels.flops.update_flops: executed forward+backward FLOPs"
         + (" (shared-prefix kernel)" if kernel else " (TRL's pass per row)"),
         "extra_check": extra_result,
         "peak_gpu_memory_gib": peak_gib,

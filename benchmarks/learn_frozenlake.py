@@ -134,6 +134,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     from agentrl.config import compose_config
+    from agentrl.envs import env_factory
     from agentrl.errors import ConfigError
     from agentrl.trainers.multistep import train_llm
 
@@ -159,7 +160,7 @@ def main() -> None:
     print(f"run directory: {run_dir}", flush=True)
 
     start = time.perf_counter()
-    trained = train_llm(cfg, run_dir)
+    trained = train_llm(cfg, run_dir, env_factory)
     result = {**trained.metrics, **trained.extra}
     wall = time.perf_counter() - start
 

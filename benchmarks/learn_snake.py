@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> Path:
     from agentrl.envs import env_factory
     from agentrl.evaluation import eval_seeds, evaluate
     from agentrl.models import load_model, model_config
-    from agentrl.trained import with_init_weights
+    from agentrl.runs.trained import with_init_weights
     from agentrl.trainers.dqn import train_dqn
     from agentrl.trainers.multistep import train_llm
 
@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> Path:
         )
         assert eval_seeds(dqn_cfg) == seeds
         start = time.perf_counter()
-        trained = train_dqn(dqn_cfg, out / "dqn")
+        trained = train_dqn(dqn_cfg, out / "dqn", env_factory)
         torch.set_num_threads(args.threads)
         metrics, episodes = evaluate(make_env, load_dqn_agent(out / "dqn"), seeds, description="dqn")
         done(
@@ -274,7 +274,7 @@ def run(args: argparse.Namespace) -> Path:
     # -- MS-GRPO training, then the same eval (train_llm runs it) --
     save_run_config(out / "llm", cfg, overrides)
     start = time.perf_counter()
-    trained = train_llm(with_init_weights(cfg), out / "llm")
+    trained = train_llm(with_init_weights(cfg), out / "llm", env_factory)
     wall = time.perf_counter() - start
     rows = read_metrics(out / "llm")
     results["timing"] = {

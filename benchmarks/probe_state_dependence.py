@@ -24,7 +24,7 @@ def measure(
 ) -> tuple[float, float, float]:  # noqa: ANN001
     """(accuracy of the argmax move, mean total variation between the cells' move distributions and their
     average, mean first-token probability mass on the move words)."""
-    from agentrl.agents.kvcache import prefill_shared
+    from agentrl.kernels.kvcache import prefill_shared
 
     with torch.no_grad():
         logits = prefill_shared(model, prompts, 0)[1].float()
@@ -48,10 +48,10 @@ def main() -> None:
 
     from learn_frozenlake import cell_contexts  # this script's directory is on sys.path
 
-    from agentrl.agents.kvcache import prefill_shared
     from agentrl.agents.llm import build_llm_agent
     from agentrl.agents.planning_grid import frozenlake_action
     from agentrl.config import compose_config
+    from agentrl.kernels.kvcache import prefill_shared
     from agentrl.models import freeze_layers, load_model
 
     cfg = compose_config(["task=train", "algo=msgrpo", "experiment=frozenlake_learn"])

@@ -32,9 +32,10 @@ def measure(preset: str, episodes: int, repeats: int, batches: int) -> dict:
     from datasets import Dataset
     from trl import SFTTrainer
 
-    from agentrl.agents.kvcache import common_prefix_length
     from agentrl.agents.llm import build_llm_agent
     from agentrl.config import compose_config, typed
+    from agentrl.envs import env_factory
+    from agentrl.kernels.kvcache import common_prefix_length
     from agentrl.models import load_model, model_config
     from agentrl.trainers.sft import demonstration_rows, demonstrations, sft_config, shared_prefix_sft_trainer
 
@@ -42,7 +43,7 @@ def measure(preset: str, episodes: int, repeats: int, batches: int) -> dict:
     algo = typed(cfg.algo)
     model, tokenizer = load_model(model_config(cfg.model), for_training=True)
     agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
-    rows = demonstration_rows(demonstrations(cfg, agent.interface, tokenizer))
+    rows = demonstration_rows(demonstrations(cfg, env_factory, agent.interface, tokenizer))
     size = algo.batch_size
     chunks = [rows[i : i + size] for i in range(0, len(rows) - size + 1, size)][:batches]
     if not chunks:

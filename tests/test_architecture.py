@@ -1,5 +1,5 @@
 """The import graph: layers import only the layers above them, there are no cycles, envs know nothing
-about language models, and trainers import no concrete environment (docs/architecture.md)."""
+about language models, and trainers import no environment module but the base types (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,13 @@ RANKS = {
     "agentrl.errors": 0,
     "agentrl.types": 0,
     "agentrl.console": 0,
-    "agentrl.runlog": 0,
+    "agentrl.runs.runlog": 0,
     "agentrl.config": 0,
-    "agentrl.rundir": 0,  # run directories, locks, status.json: read by the runner and by report
+    "agentrl.runs.rundir": 0,
+    "agentrl.runs.checks": 0,  # what the layers' checks before launch share (CUDA, installed libraries)  # run directories, locks, status.json: read by the runner and by report
+    "agentrl.sandbox": 1,  # the OS boundary for model-written code (DataSciCoding runs through it)
     "agentrl.envs": 1,
+    "agentrl.kernels": 1,  # compute paths that agents/ and trainers/ both use
     "agentrl.models": 2,
     "agentrl.agents": 2,
     "agentrl.rollout": 3,
@@ -25,14 +28,13 @@ RANKS = {
     "agentrl.algos": 4,
     "agentrl.trainers": 5,
     "agentrl.report": 5,
-    "agentrl.trained": 5,  # runs as models: from_run (evaluate one) and init_from (train from one)
-    "agentrl.run": 6,
-    "agentrl.plan": 6,  # the --dry-run summary of a run.dry_run plan
-    "agentrl.sweep": 6,  # what `agentrl sweep` decides before and after the multirun
+    "agentrl.runs.trained": 5,  # runs as models: from_run (evaluate one) and init_from (train from one)
+    "agentrl.runs.launch": 6,
+    "agentrl.runs.plan": 6,  # the --dry-run summary of a run.dry_run plan
+    "agentrl.runs.sweep": 6,  # what `agentrl sweep` decides before and after the multirun
     "agentrl.cli": 7,
     "agentrl.__main__": 8,
 }
-CONCRETE_ENVS = {"frozenlake", "snake", "bandit", "tictactoe", "kitchen", "datascicoding"}
 
 
 def module_name(path: Path) -> str:
@@ -119,8 +121,31 @@ def test_envs_know_nothing_about_language_models():
         assert not names & heavy, path.name
 
 
-def test_trainers_import_no_concrete_env():
+def test_trainers_import_no_env_but_the_base_types():
+    """Trainers receive the env factory from the runner (`agentrl.types.EnvFactory`): they import
+    neither a concrete env nor the factory, only the env base types (`agentrl.envs.base`)."""
     for name, deps in graph().items():
         if name.startswith("agentrl.trainers"):
-            concrete = [d for d in deps if d.startswith("agentrl.envs.") and d.split(".")[2] in CONCRETE_ENVS]
-            assert concrete == [], name
+            envs = [
+                d
+                for d in deps
+                if (d == "agentrl.envs" or d.startswith("agentrl.envs.")) and d != "agentrl.envs.base"
+            ]
+            assert envs == [], name
+
+
+def test_every_layer_in_the_prelaunch_registry_has_its_check():
+    """`check_job` walks `PRELAUNCH_CHECKS`: each named module contributes `prelaunch_check(cfg, machine)`,
+    and no module outside the registry defines one that would never run."""
+    import importlib
+    import inspect
+
+    from agentrl.runs.launch import PRELAUNCH_CHECKS
+
+    for name in PRELAUNCH_CHECKS:
+        check = importlib.import_module(name).prelaunch_check
+        assert list(inspect.signature(check).parameters) == ["cfg", "machine"], name
+    defined = {
+        name for name, path in modules().items() if "def prelaunch_check(" in path.read_text(encoding="utf-8")
+    }
+    assert defined == set(PRELAUNCH_CHECKS)

@@ -1,4 +1,4 @@
-"""The CPU attention (agents/attention.py): SDPA with the query heads packed over the key/value heads
+"""The CPU attention (kernels/attention.py): SDPA with the query heads packed over the key/value heads
 gives transformers' SDPA's values and gradients, and hands every case it does not handle to it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from agentrl.agents.attention import IMPLEMENTATION, packed_query_attention
 from agentrl.config import compose_config
+from agentrl.kernels.attention import IMPLEMENTATION, packed_query_attention
 from agentrl.models import load_model
 
 BATCH, HEADS, KV_HEADS, QUERIES, HEAD_KEYS, DIM = 4, 6, 2, 7, 5, 16

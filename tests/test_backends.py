@@ -23,9 +23,9 @@ from agentrl.agents.backends import (
     VLLMBackend,
     build_backend,
 )
-from agentrl.agents.kvcache import MIN_SHARED_PREFIX
 from agentrl.config import compose_config
 from agentrl.errors import BackendError, ConfigError
+from agentrl.kernels.kvcache import MIN_SHARED_PREFIX
 from agentrl.models import load_model
 
 torch.set_num_threads(1)
@@ -544,7 +544,7 @@ def test_a_preallocated_cache_holds_what_a_dynamic_one_does():
     layers hold exactly the states a DynamicCache's do."""
     from transformers import DynamicCache
 
-    from agentrl.agents.kvcache import preallocate
+    from agentrl.kernels.kvcache import preallocate
 
     def states(n):
         return [(torch.randn(3, 2, n, 4), torch.randn(3, 2, n, 4)) for _ in range(2)]
@@ -564,7 +564,7 @@ def test_a_preallocated_cache_holds_what_a_dynamic_one_does():
 
 
 def test_one_token_answers_reuse_logits_until_the_weights_change(monkeypatch):
-    from agentrl.agents import kvcache
+    from agentrl.kernels import kvcache
 
     model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
     plain = HFBackend(model, tokenizer)
@@ -616,9 +616,9 @@ def test_one_token_answers_reuse_logits_until_the_weights_change(monkeypatch):
 
 @pytest.fixture
 def unpacked(monkeypatch):
-    """Generation without packed linear weights (agents/packed.py): autocast's own weight casts, as where
+    """Generation without packed linear weights (kernels/packed.py): autocast's own weight casts, as where
     packing does not apply (not a CPU, a torch without oneDNN); tests/test_packed.py covers the packs."""
-    from agentrl.agents.packed import PackedLinears
+    from agentrl.kernels.packed import PackedLinears
 
     monkeypatch.setattr(PackedLinears, "build", classmethod(lambda cls, *a, **k: None))
 

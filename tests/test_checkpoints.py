@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 
 from agentrl.cli import app
 from agentrl.config import compose_config
-from agentrl.runlog import checkpoint_problem, list_checkpoints, manifest_path, newest_valid_checkpoint
+from agentrl.envs import env_factory
+from agentrl.runs.runlog import checkpoint_problem, list_checkpoints, manifest_path, newest_valid_checkpoint
 from agentrl.trainers.signals import StopSignals, TrainingInterrupted
 
 TINY = [
@@ -168,7 +169,7 @@ def test_a_signal_during_the_periodic_eval_waits_for_the_iterations_row(tmp_path
     monkeypatch.setattr(agentrl.evaluation, "evaluate", evaluate)
     cfg = _msgrpo_cfg("algo.iterations=5", "algo.eval_every=1", "algo.checkpoint_every=0")
     with pytest.raises(TrainingInterrupted) as caught:
-        train_llm(cfg, tmp_path)
+        train_llm(cfg, tmp_path, env_factory)
     assert caught.value.exit_code == 143
     assert logged_iterations(tmp_path) == [1, 2]
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -180,13 +181,13 @@ def test_damaged_newest_msgrpo_checkpoint_falls_back_to_the_older_one(tmp_path, 
     from agentrl.trainers.multistep import train_llm
 
     overrides = ["algo.iterations=3", "algo.checkpoint_every=1", "algo.eval_every=0"]
-    train_llm(_msgrpo_cfg(*overrides), tmp_path)
+    train_llm(_msgrpo_cfg(*overrides), tmp_path, env_factory)
     assert [n for n, _ in list_checkpoints(tmp_path)] == [1, 2]
     weights = tmp_path / "checkpoint-2" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
 
     with caplog.at_level(logging.INFO):
-        train_llm(_msgrpo_cfg(*overrides), tmp_path, resume=True)
+        train_llm(_msgrpo_cfg(*overrides), tmp_path, env_factory, resume=True)
     assert "Skipping checkpoint-2: model.safetensors has" in caplog.text
     assert f"Resuming from {tmp_path / 'checkpoint-1'}" in caplog.text
     assert logged_iterations(tmp_path) == [1, 2, 3]
@@ -205,7 +206,7 @@ def test_model_only_checkpoint_resumes_with_a_fresh_optimizer(tmp_path, monkeypa
         "algo.learning_rate=1e-3",
     ]
     with pytest.raises(TrainingInterrupted) as caught:
-        train_llm(_msgrpo_cfg("algo.iterations=3", *overrides), tmp_path)
+        train_llm(_msgrpo_cfg("algo.iterations=3", *overrides), tmp_path, env_factory)
     assert caught.value.exit_code == 130
     saved = tmp_path / "checkpoint-2"
     assert (saved / "model.safetensors").is_file() and (saved / "trainer_state.json").is_file()
@@ -214,7 +215,7 @@ def test_model_only_checkpoint_resumes_with_a_fresh_optimizer(tmp_path, monkeypa
 
     monkeypatch.setattr("agentrl.rollout.rollout", real_rollout)
     with caplog.at_level(logging.INFO):
-        train_llm(_msgrpo_cfg("algo.iterations=3", *overrides), tmp_path, resume=True)
+        train_llm(_msgrpo_cfg("algo.iterations=3", *overrides), tmp_path, env_factory, resume=True)
     assert "checkpoint-2 has no optimizer state" in caplog.text
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2, 3]
@@ -247,13 +248,15 @@ def test_damaged_newest_dqn_checkpoint_falls_back_to_the_older_one(tmp_path, cap
     from agentrl.trainers.dqn import train_dqn
 
     overrides = ["task=train", "agent=random", *DQN, "algo.checkpoint_every=1000"]
-    train_dqn(compose_config([*overrides, "algo.total_timesteps=2000"]), tmp_path)
+    train_dqn(compose_config([*overrides, "algo.total_timesteps=2000"]), tmp_path, env_factory)
     newest = tmp_path / "checkpoint-2000.zip"
     newest.write_bytes(newest.read_bytes()[:-100])
     shutil.rmtree(tmp_path / "final")  # as a run killed after its last checkpoint: no final model
 
     with caplog.at_level(logging.INFO):
-        result = train_dqn(compose_config([*overrides, "algo.total_timesteps=3000"]), tmp_path, resume=True)
+        result = train_dqn(
+            compose_config([*overrides, "algo.total_timesteps=3000"]), tmp_path, env_factory, resume=True
+        )
     assert "Skipping checkpoint-2000.zip: checkpoint-2000.zip has" in caplog.text
     assert "from step 1000 of 3000" in caplog.text
     assert result.extra["total_timesteps"] == 3000

@@ -27,6 +27,16 @@ from agentrl.config import (
     typed,
 )
 from agentrl.config import schema as S
+from agentrl.config.algo import LOSS_TYPES, LR_SCHEDULERS, AAWConfig
+from agentrl.config.base import _hints, field_rows
+from agentrl.config.env import (
+    BANDIT_MAX_ARMS,
+    BANDIT_REWARDS,
+    FROZENLAKE_MAPS,
+    TICTACTOE_MARKS,
+    TICTACTOE_OPPONENTS,
+)
+from agentrl.config.model import DTYPES
 from agentrl.errors import ConfigError
 
 runner = CliRunner()
@@ -43,7 +53,7 @@ def all_schemas() -> set[type]:
         if cls in found:
             continue
         found.add(cls)
-        hints = S._hints(cls)
+        hints = _hints(cls)
         todo.extend(t for t in hints.values() if isinstance(t, type) and is_dataclass(t))
     return found
 
@@ -180,7 +190,7 @@ def test_schema_fields_equal_the_yaml_keys(group, option):
             out |= keys(v, f"{prefix}{k}.") if isinstance(v, dict) and k != "vllm" else {f"{prefix}{k}"}
         return out
 
-    schema_keys = {row["key"] for row in S.field_rows(cls)}
+    schema_keys = {row["key"] for row in field_rows(cls)}
     if group == "model":  # one schema for hf and openai models: each file uses a subset
         assert keys(raw) <= schema_keys
     else:
@@ -255,7 +265,7 @@ def test_typed_accepts_a_plain_yaml_node_and_checks_it():
 
 def test_direct_construction_is_checked_too():
     with pytest.raises(ConfigError, match=r"algo\.aaw\.fraction=1\.5"):
-        MSGRPOConfig(aaw=S.AAWConfig(fraction=1.5))
+        MSGRPOConfig(aaw=AAWConfig(fraction=1.5))
     with pytest.raises(ConfigError, match=r"env\.slippery=maybe: expected a boolean"):
         FrozenLakeConfig(slippery="maybe")
     assert MSGRPOConfig().group_size == 16
@@ -287,10 +297,10 @@ def test_choices_match_the_modules_that_use_them():
     from agentrl.envs.frozenlake import MAP_CHOICES
     from agentrl.envs.tictactoe import MARKS, OPPONENTS
 
-    assert S.FROZENLAKE_MAPS == MAP_CHOICES
-    assert S.BANDIT_REWARDS == REWARD_KINDS and S.BANDIT_MAX_ARMS == len(COLOURS)
-    assert S.TICTACTOE_MARKS == MARKS and S.TICTACTOE_OPPONENTS == OPPONENTS
-    assert S.INVALID_RULES == INVALID_RULES and S.BACKENDS == BACKENDS
+    assert FROZENLAKE_MAPS == MAP_CHOICES
+    assert BANDIT_REWARDS == REWARD_KINDS and BANDIT_MAX_ARMS == len(COLOURS)
+    assert TICTACTOE_MARKS == MARKS and TICTACTOE_OPPONENTS == OPPONENTS
+    assert INVALID_RULES == INVALID_RULES and BACKENDS == BACKENDS
     assert set(S.SCHEMAS["env"]) == set(ENV_SPECS) == set(group_options("env"))
     assert set(S.SCHEMAS["algo"]) == set(group_options("algo"))
     assert set(S.SCHEMAS["agent"]) == set(group_options("agent"))
@@ -299,7 +309,7 @@ def test_choices_match_the_modules_that_use_them():
 def test_dtypes_are_the_ones_models_resolves():
     from agentrl.models import resolve_dtype
 
-    for dtype in S.DTYPES:
+    for dtype in DTYPES:
         resolve_dtype(dtype, "cpu")
 
 
@@ -307,10 +317,10 @@ def test_loss_types_and_schedulers_match_trl_and_transformers():
     from transformers.trainer_utils import SchedulerType
     from trl import GRPOConfig
 
-    assert S.LR_SCHEDULERS == tuple(s.value for s in SchedulerType)
+    assert LR_SCHEDULERS == tuple(s.value for s in SchedulerType)
     help_text = GRPOConfig.__dataclass_fields__["loss_type"].metadata["help"]
     supported = re.search(r"Supported values are (.*?)\.", help_text).group(1)
-    assert set(S.LOSS_TYPES) == set(re.findall(r"'(\w+)'", supported))
+    assert set(LOSS_TYPES) == set(re.findall(r"'(\w+)'", supported))
 
 
 # ---- the command line -----------------------------------------------------------------------------------------
@@ -318,7 +328,7 @@ def test_describe_lists_every_key_with_type_default_help_and_source():
     result = runner.invoke(app, ["config", "algo=msgrpo", "--describe"])
     assert result.exit_code == 0, result.output
     out = result.output
-    for row in S.field_rows(MSGRPOConfig):
+    for row in field_rows(MSGRPOConfig):
         assert f"  {row['key']}: {row['type']}" in out
         assert row["help"] in out
     assert "aaw.fraction: float | None  (default: 0.5)  [ours]" in out

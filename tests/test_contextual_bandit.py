@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from agentrl.agents.baselines import PlannerAgent, RandomAgent
 from agentrl.agents.linucb import linucb_action, linucb_scores
 from agentrl.cli import app
-from agentrl.config import schema as S
+from agentrl.config.env import CONTEXTUAL_MAX_FEATURES, ContextualBanditConfig
 from agentrl.envs import NumericObservation, make_env
 from agentrl.envs.contextual_bandit import FEATURE_NAMES, ContextualBanditEnv, sigmoid
 from agentrl.errors import ConfigError
@@ -157,13 +157,13 @@ def test_registered_config_and_bad_options():
     env = gym.make("agentrl/ContextualBandit-v0", arms=4)
     _, info = env.reset(seed=0)
     assert len(info["valid_actions"]) == 4 and len(info["context"]) == 3
-    assert len(FEATURE_NAMES) == S.CONTEXTUAL_MAX_FEATURES
+    assert len(FEATURE_NAMES) == CONTEXTUAL_MAX_FEATURES
     with pytest.raises(ConfigError, match="features"):
         ContextualBanditEnv(features=len(FEATURE_NAMES) + 1)
     with pytest.raises(ConfigError, match="show fewer presses"):
         ContextualBanditEnv(features=12, history=500)
     with pytest.raises(ConfigError, match=r"env\.features=0"):
-        S.ContextualBanditConfig(features=0)
+        ContextualBanditConfig(features=0)
 
 
 # ---- LinUCB ------------------------------------------------------------------------------------------

@@ -149,7 +149,7 @@ def test_bad_distributed_settings_are_one_line_errors():
 
 
 def test_a_sweep_refuses_distributed_jobs(tmp_path):
-    from agentrl.run import launch
+    from agentrl.runs.launch import launch
 
     with pytest.raises(ConfigError, match="agentrl train"):
         launch(

@@ -19,7 +19,7 @@ from agentrl.config import compose_config
 from agentrl.envs import env_factory, make_env
 from agentrl.errors import ConfigError, RunDirError
 from agentrl.evaluation import eval_seeds, evaluate
-from agentrl.runlog import checkpoint_problem, list_checkpoints
+from agentrl.runs.runlog import checkpoint_problem, list_checkpoints
 from agentrl.trainers.dqn import train_dqn
 from agentrl.types import StepContext
 
@@ -57,11 +57,11 @@ def _quiet(monkeypatch):
 def test_short_run_writes_eval_checkpoints_and_resumes(tmp_path):
     run_dir = tmp_path / "run"
     cfg = compose_config([*FAST, "algo.total_timesteps=2000"])
-    from agentrl.run import run_train
+    from agentrl.runs.launch import run_train
 
     run_train(cfg, run_dir)  # train_dqn, then the runner writes eval.json from its result
     saved = json.loads((run_dir / "eval.json").read_text())
-    result = train_dqn(compose_config([*FAST, "algo.total_timesteps=2000"]), tmp_path / "again")
+    result = train_dqn(compose_config([*FAST, "algo.total_timesteps=2000"]), tmp_path / "again", env_factory)
     metrics = result.metrics
     assert not (tmp_path / "again" / "eval.json").exists()  # the runner is its only writer
     assert saved["total_timesteps"] == 2000 and saved["algo"] == "dqn" and saved["env"] == "frozenlake"
@@ -98,7 +98,7 @@ def test_short_run_writes_eval_checkpoints_and_resumes(tmp_path):
 
 def test_dqn_beats_random_on_fixed_frozenlake(tmp_path):
     cfg = compose_config([*FAST, "algo.total_timesteps=6000", "algo.checkpoint_every=0"])
-    metrics = train_dqn(cfg, tmp_path / "run").metrics
+    metrics = train_dqn(cfg, tmp_path / "run", env_factory).metrics
     random_metrics, _ = evaluate(env_factory(cfg.env), RandomAgent(), eval_seeds(cfg))
     assert metrics["success_rate"] == 1.0  # the map is fixed and deterministic: the greedy path is solved
     assert metrics["mean_length"] == 6.0  # the shortest path
@@ -183,7 +183,9 @@ def test_eval_agent_dqn_bad_paths_are_one_line(tmp_path):
 
 def test_eval_agent_dqn_rejects_a_model_of_another_env(tmp_path):
     run = tmp_path / "run"
-    train_dqn(compose_config([*FAST, "algo.total_timesteps=200", "algo.learning_starts=100"]), run)
+    train_dqn(
+        compose_config([*FAST, "algo.total_timesteps=200", "algo.learning_starts=100"]), run, env_factory
+    )
     result = runner.invoke(
         app, ["eval", "env=snake", "agent=dqn", f"agent.path={run}", f"hydra.run.dir={tmp_path / 'e'}"]
     )
@@ -244,7 +246,7 @@ def test_dqn_learns_snake(tmp_path):
             "algo.total_timesteps=30000",
         ]
     )
-    train_dqn(cfg, tmp_path / "run")
+    train_dqn(cfg, tmp_path / "run", env_factory)
     agent = load_dqn_agent(tmp_path / "run")
     _, episodes = evaluate(env_factory(cfg.env), agent, eval_seeds(cfg))
     _, random_episodes = evaluate(env_factory(cfg.env), RandomAgent(), eval_seeds(cfg))

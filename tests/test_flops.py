@@ -1,4 +1,4 @@
-"""agentrl/flops.py: the update's FLOPs by hand, and its matmul FLOPs against torch's FlopCounterMode on the
+"""agentrl/kernels/flops.py: the update's FLOPs by hand, and its matmul FLOPs against torch's FlopCounterMode on the
 passes trainers/logps.py really runs (each distinct prompt once, the LM head on completions only)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from agentrl.flops import Shape, attention_pairs, forward_flops, mfu, update_flops
+from agentrl.kernels.flops import Shape, attention_pairs, forward_flops, mfu, update_flops
 
 torch.set_num_threads(1)
 

@@ -69,8 +69,8 @@ def test_without_cuda_it_says_so_and_exits_2(tmp_path, capsys):
 def test_tiny_cpu_suite_end_to_end(tmp_path, capsys):
     """`--suite` on the CPU: full fine-tuning, LoRA with a KL term, the critic (POAD), the rollout copy;
     the several-GPU and vLLM checks skipped with their reasons. MFU counts the FLOPs the update executed
-    (agentrl/flops.py), not 6 x parameters x tokens."""
-    from agentrl.flops import Shape, update_flops
+    (agentrl/kernels/flops.py), not 6 x parameters x tokens."""
+    from agentrl.kernels.flops import Shape, update_flops
 
     out = tmp_path / "gpu_check.json"
     argv = ["--suite", "--tiny", "--device", "cpu", "--out", str(out), "--peak-tflops", "0.05"]

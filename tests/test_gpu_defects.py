@@ -17,6 +17,7 @@ import torch
 
 from agentrl import distributed as dist
 from agentrl.config import compose_config
+from agentrl.envs import env_factory
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = ROOT / "tests" / "workers"
@@ -71,7 +72,7 @@ def test_the_eval_before_training_runs_on_the_prepared_model(tmp_path, monkeypat
 
     monkeypatch.setattr(accelerate.Accelerator, "prepare_model", recording_prepare)
     monkeypatch.setattr(agentrl.evaluation, "evaluate", evaluate)
-    result = train_llm(_cfg("algo.eval_before=true"), tmp_path)
+    result = train_llm(_cfg("algo.eval_before=true"), tmp_path, env_factory)
     assert events.index("prepare") < events.index("eval before training")
     assert events[-1] == "eval after training"
     assert result.extra["before"]["episodes"] == 2
@@ -97,7 +98,7 @@ def test_the_process_group_gets_the_trainers_timeout(tmp_path):
 def test_a_single_relaunched_process_borrows_the_parents_run_directory(tmp_path, monkeypatch):
     """A9: `distributed=...` with `num_processes` null on a machine with one GPU relaunches one process
     (WORLD_SIZE=1): it is launched (no second relaunch) and writes into the directory its parent holds."""
-    from agentrl import run
+    from agentrl.runs import launch as run
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setenv(dist.LOCKED_RUN_DIR, str(tmp_path))
@@ -184,7 +185,7 @@ def test_the_value_head_has_its_own_optimizer_saved_and_restored(tmp_path, monke
         trainers.append(self)
 
     monkeypatch.setattr(MultiStepTrainer, "__init__", spy)
-    train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path)
+    train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path, env_factory)
     first = trainers[-1]
     head = list(first.actor_critic.critic.head.parameters())
     model_params = {id(p) for group in first.optimizer.param_groups for p in group["params"]}
@@ -202,7 +203,7 @@ def test_the_value_head_has_its_own_optimizer_saved_and_restored(tmp_path, monke
 
     monkeypatch.setattr(MultiStepTrainer, "_load_head_optimizer", load_spy)
     assert not (tmp_path / "checkpoint-2").exists()  # the last iteration is not checkpointed: resume at 1
-    train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path, resume=True)
+    train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path, env_factory, resume=True)
     restored = loaded[0]["state"]
     for key, moments in saved["optimizer"]["state"].items():
         for name in ("exp_avg", "exp_avg_sq", "step"):
@@ -219,7 +220,7 @@ def test_a_sharded_engines_optimizer_state_is_loaded_on_resume(tmp_path, monkeyp
     instead of treating it as model-only (which restarted Adam and skipped the saved scheduler)."""
     from transformers import Trainer
 
-    from agentrl.runlog import write_manifest
+    from agentrl.runs.runlog import write_manifest
     from agentrl.trainers.grpo_trainer import MultiStepTrainer
 
     checkpoint = tmp_path / "checkpoint-1"

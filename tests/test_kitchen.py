@@ -17,8 +17,8 @@ from agentrl.agents.llm import TextInterface
 from agentrl.agents.planning_kitchen import kitchen_action
 from agentrl.cli import app
 from agentrl.config import compose_config, typed
-from agentrl.config import schema as S
-from agentrl.envs import NumericObservation, make_env
+from agentrl.config.env import KITCHEN_TASKS
+from agentrl.envs import NumericObservation, env_factory, make_env
 from agentrl.envs.kitchen import (
     ACTION_NAMES,
     HELD,
@@ -340,7 +340,7 @@ def test_llm_interface_parses_multi_word_answers():
 
 
 def test_config_matches_the_env():
-    assert S.KITCHEN_TASKS == TASK_NAMES
+    assert KITCHEN_TASKS == TASK_NAMES
     cfg = OmegaConf.to_container(OmegaConf.load(CONF / "kitchen.yaml"))
     assert cfg.pop("name") == "kitchen"
     cfg.pop("defaults", None)
@@ -476,11 +476,11 @@ def test_count_start_moves_is_a_training_curriculum_option_of_the_kitchen_only()
             "algo.curriculum.count_start_moves=true",
         ]
     )
-    _, options = _train_env(cfg, typed(cfg.algo))
+    _, options = _train_env(cfg, typed(cfg.algo), env_factory)
     assert options == {"random_start": 0.5, "count_start_moves": True}
     alone = compose_config(["env=kitchen", "algo=poad", "algo.curriculum.count_start_moves=true"])
     with pytest.raises(ConfigError, match="needs algo.curriculum.random_start > 0"):
-        _train_env(alone, typed(alone.algo))
+        _train_env(alone, typed(alone.algo), env_factory)
     lake = compose_config(
         [
             "env=frozenlake",
@@ -490,7 +490,7 @@ def test_count_start_moves_is_a_training_curriculum_option_of_the_kitchen_only()
         ]
     )
     with pytest.raises(ConfigError, match="count_start_moves needs an env whose part-way starts are moves"):
-        _train_env(lake, typed(lake.algo))
+        _train_env(lake, typed(lake.algo), env_factory)
 
 
 # ---- actions="feasible": each state lists the actions that do something ---------------------------

@@ -26,7 +26,7 @@ from agentrl.agents.llm import (
     single_token_after,
 )
 from agentrl.config import compose_config
-from agentrl.envs import make_env
+from agentrl.envs import env_factory, make_env
 from agentrl.envs.base import TextEnv
 from agentrl.errors import ConfigError, UnknownChoiceError
 from agentrl.evaluation import episode_metrics
@@ -548,7 +548,7 @@ def test_training_parses_strictly_unless_lenient_is_set_and_logged(tmp_path, mon
     if lenient:
         overrides.append("agent.lenient=true")
     with caplog.at_level(logging.WARNING, logger="agentrl"):
-        result = train_llm(compose_config(overrides), tmp_path)
+        result = train_llm(compose_config(overrides), tmp_path, env_factory)
     row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     assert row["train/untagged_rate"] == 1.0 and result.metrics["untagged_rate"] == 1.0
     assert row["train/invalid_rate"] == (0.0 if lenient else 1.0)

@@ -126,16 +126,16 @@ def test_identical_rows_run_once_with_the_gradients_of_every_copy():
 
 
 def test_multi_token_forwards_on_the_cpu_pack_the_query_heads(monkeypatch):
-    """On a CPU the model's attention (agents/attention.py) packs the query heads of each key/value head
+    """On a CPU the model's attention (kernels/attention.py) packs the query heads of each key/value head
     into one SDPA block in masked multi-token forwards (the update's kernel, prefills): no `repeat_kv`
     copies, no `enable_gqa`, the values and gradients of per-row forwards (check_rows); one-token decode
     steps pack their query heads the same way."""
     import torch.nn.functional as F
     from transformers.integrations import sdpa_attention
 
-    from agentrl.agents.attention import IMPLEMENTATION
     from agentrl.agents.backends.base import SamplingConfig
     from agentrl.agents.backends.hf import HFBackend
+    from agentrl.kernels.attention import IMPLEMENTATION
     from agentrl.models import load_model
 
     model, tokenizer = load_model(tiny_model_cfg(), for_training=True)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from agentrl import models
-from agentrl.config.schema import LoRAConfig
+from agentrl.config.model import LoRAConfig
 from agentrl.errors import ConfigError, ModelLoadError
 from agentrl.models import (
     apply_lora,

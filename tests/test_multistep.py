@@ -11,8 +11,9 @@ import torch
 from helpers import WeightCasts, interrupt_rollout
 
 from agentrl.config import compose_config, typed
+from agentrl.envs import env_factory
 from agentrl.envs.base import TextEnv
-from agentrl.runlog import checkpoint_problem, newest_checkpoint
+from agentrl.runs.runlog import checkpoint_problem, newest_checkpoint
 from agentrl.trainers.grpo_trainer import MultiStepTrainer
 from agentrl.trainers.iteration import training_seed
 from agentrl.trainers.multistep import train_llm
@@ -337,7 +338,7 @@ def test_train_two_iterations_with_tiny_random(tmp_path, monkeypatch):
         "algo.learning_rate=1e-3",
         "agent.invalid_rule=random",
     ]
-    result = train_llm(make_cfg("algo.iterations=2", *overrides), tmp_path)
+    result = train_llm(make_cfg("algo.iterations=2", *overrides), tmp_path, env_factory)
     rows_ = metrics_rows(tmp_path)
     assert [r["iteration"] for r in rows_] == [1, 2]
     assert len(steps) == 2
@@ -365,7 +366,7 @@ def test_train_two_iterations_with_tiny_random(tmp_path, monkeypatch):
     assert result.metrics["episodes"] == 2 == len(result.episodes)
 
     # resume from checkpoint-1 with 3 iterations in total: iterations 2 and 3 are (re)done, none duplicated
-    train_llm(make_cfg("algo.iterations=3", *overrides), tmp_path, resume=True)
+    train_llm(make_cfg("algo.iterations=3", *overrides), tmp_path, env_factory, resume=True)
     assert [r["iteration"] for r in metrics_rows(tmp_path)] == [1, 2, 3]
 
 
@@ -387,7 +388,7 @@ def test_kl_to_the_reference_is_logged_and_positive_after_an_update(tmp_path, lo
         "agent.invalid_rule=random",
         f"model.lora.r={lora}",
     )
-    train_llm(cfg, tmp_path)
+    train_llm(cfg, tmp_path, env_factory)
     kl = [r.get("kl") for r in metrics_rows(tmp_path)]
     assert kl[0] == pytest.approx(0.0, abs=1e-6) and kl[1] > 1e-6, kl
 
@@ -402,7 +403,7 @@ def test_time_limit_stops_after_the_iteration_that_crosses_it(tmp_path):
         "algo.gradient_accumulation_steps=1",
         "algo.save_final=false",
     )
-    result = train_llm(cfg, tmp_path)
+    result = train_llm(cfg, tmp_path, env_factory)
     assert [r["iteration"] for r in metrics_rows(tmp_path)] == [1]
     assert result.extra["iterations"] == 5
 
@@ -435,7 +436,7 @@ def test_a_bf16_mixed_rollout_casts_each_weight_once(tmp_path, monkeypatch):
         "algo.eval_before=false",
         "algo.save_final=false",
     )
-    train_llm(cfg, tmp_path)
+    train_llm(cfg, tmp_path, env_factory)
     assert steps[0] > 1 and most == [1]  # several generation calls, one cast of each weight
 
 
@@ -499,7 +500,7 @@ def test_training_invalid_penalty_applies_to_rollouts_only(tmp_path, monkeypatch
         "algo.save_final=false",
         "agent.invalid_penalty=-1.0",
     )
-    result = train_llm(cfg, tmp_path)
+    result = train_llm(cfg, tmp_path, env_factory)
     assert seen and set(seen) == {-3.0}
     evaluated = [s.reward - s.env_reward for e in result.episodes for s in e.steps if not s.valid]
     assert evaluated and set(evaluated) == {-1.0}
@@ -571,7 +572,7 @@ def test_policy_learns_the_rewarded_action(tmp_path, monkeypatch):
     env.reset(seed=0)
     base, tokenizer = load_model(cfg.model)
     before = _prob_of_right(base, tokenizer, cfg, env)
-    train_llm(cfg, tmp_path)
+    train_llm(cfg, tmp_path, env_factory)
     trained, _ = load_model(make_cfg(f"model.name_or_path={tmp_path / 'final'}", model="smollm2-135m").model)
     after = _prob_of_right(trained, tokenizer, cfg, env)
     assert after > before + 0.1, (before, after)
@@ -649,7 +650,7 @@ def test_policy_becomes_state_dependent(tmp_path, monkeypatch):
 
     base, tokenizer = load_model(cfg.model)
     before = p_correct(base, tokenizer)
-    train_llm(cfg, tmp_path)
+    train_llm(cfg, tmp_path, env_factory)
     trained, _ = load_model(make_cfg(f"model.name_or_path={tmp_path / 'final'}", model="smollm2-135m").model)
     after = p_correct(trained, tokenizer)
     assert min(after.values()) > 0.8, (before, after)
@@ -670,12 +671,12 @@ def test_ctrl_c_saves_a_checkpoint_then_resume_continues(tmp_path, monkeypatch):
         "agent.invalid_rule=random",
     ]
     with pytest.raises(TrainingInterrupted) as caught:  # the CLI exits 130, as for a Ctrl-C
-        train_llm(make_cfg("algo.iterations=5", *overrides), tmp_path)
+        train_llm(make_cfg("algo.iterations=5", *overrides), tmp_path, env_factory)
     assert caught.value.exit_code == 130 and "after iteration 2: checkpoint-2 is saved" in str(caught.value)
     assert newest_checkpoint(tmp_path).name == "checkpoint-2"
     assert checkpoint_problem(tmp_path / "checkpoint-2") is None  # with its manifest
     monkeypatch.setattr("agentrl.rollout.rollout", real_rollout)
-    train_llm(make_cfg("algo.iterations=3", *overrides), tmp_path, resume=True)
+    train_llm(make_cfg("algo.iterations=3", *overrides), tmp_path, env_factory, resume=True)
     assert [r["iteration"] for r in metrics_rows(tmp_path)] == [1, 2, 3]
 
 

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from agentrl.cli import app
 from agentrl.config import compose_config
+from agentrl.envs import env_factory
 from agentrl.errors import ConfigError
 
 runner = CliRunner()
@@ -47,10 +48,12 @@ def test_checks_of_the_real_run_fail_before_a_run_dir(tmp_path, args, expected, 
 
 
 def test_zero3_without_cuda_fails_in_one_line_before_a_run_dir(tmp_path, monkeypatch):
-    import agentrl.run
+    import agentrl.runs.checks
 
-    monkeypatch.setattr(agentrl.run, "_cuda", lambda: False)
-    monkeypatch.setattr(agentrl.run, "_installed", lambda module: True)  # DeepSpeed there: CUDA is missing
+    monkeypatch.setattr(agentrl.runs.checks, "cuda_available", lambda: False)
+    monkeypatch.setattr(
+        agentrl.runs.checks, "installed", lambda module: True
+    )  # DeepSpeed there: CUDA is missing
     args = ["model=tiny-random", "distributed=zero3", "distributed.num_processes=2"]
     result = invoke("train", *args, f"hydra.run.dir={tmp_path / 'never'}")
     assert result.exit_code == 2, result.output
@@ -63,7 +66,7 @@ def test_a_dqn_run_on_another_env_is_refused_before_a_run_dir(tmp_path):
 
     run = tmp_path / "snake_dqn"
     fast = ["task=train", "algo=dqn", "env=snake", "algo.total_timesteps=200", "algo.learning_starts=100"]
-    train_dqn(compose_config(fast), run)
+    train_dqn(compose_config(fast), run, env_factory)
     (run / ".hydra").mkdir()
     (run / ".hydra" / "config.yaml").write_text(
         __import__("omegaconf").OmegaConf.to_yaml(compose_config(fast))
@@ -96,16 +99,16 @@ def test_a_sweep_with_failing_jobs_is_refused_whole_naming_each(tmp_path):
 
 
 def test_a_job_that_fails_at_run_time_does_not_stop_the_sweep(tmp_path, monkeypatch):
-    import agentrl.run
+    import agentrl.runs.checks
 
-    real = agentrl.run.run_eval
+    real = agentrl.runs.launch.run_eval
 
     def flaky(cfg, run_dir):
         if cfg.env.name == "snake":
             raise ConfigError("this job breaks at run time")
         return real(cfg, run_dir)
 
-    monkeypatch.setattr(agentrl.run, "run_eval", flaky)
+    monkeypatch.setattr(agentrl.runs.launch, "run_eval", flaky)
     sweep = tmp_path / "sweep"
     result = invoke(
         "sweep", "env=snake,frozenlake", "agent=random", "eval.episodes=2", f"hydra.sweep.dir={sweep}"
@@ -152,10 +155,10 @@ def test_train_of_a_baseline_says_how_to_evaluate_it(tmp_path):
 
 # ---- item 5: --dry-run prints the plan, then every failing check ----------------------------------------
 def test_dry_run_prints_the_plan_then_every_failing_check(tmp_path, monkeypatch):
-    import agentrl.run
+    import agentrl.runs.checks
 
-    monkeypatch.setattr(agentrl.run, "_cuda", lambda: False)
-    monkeypatch.setattr(agentrl.run, "_installed", lambda module: False)
+    monkeypatch.setattr(agentrl.runs.checks, "cuda_available", lambda: False)
+    monkeypatch.setattr(agentrl.runs.checks, "installed", lambda module: False)
     args = [
         "train",
         "model=tiny-random",

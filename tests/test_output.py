@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from agentrl import console as console_module
-from agentrl.runlog import _PlainProgress
+from agentrl.runs.runlog import _PlainProgress
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -231,7 +231,7 @@ def test_eval_progress_lines_arrive_while_the_eval_runs(tmp_path):
     """Each episode is a 10% step (and the one-second gap is lifted), so every episode prints a line;
     they must reach the pipe as they happen, not all at exit."""
     code = (
-        "import sys; import agentrl.runlog as r; r._PlainProgress.MIN_GAP_S = 0.0; "
+        "import sys; import agentrl.runs.runlog as r; r._PlainProgress.MIN_GAP_S = 0.0; "
         "from agentrl.cli import app; sys.argv = ['agentrl', *sys.argv[1:]]; app()"
     )
     args = [

@@ -1,4 +1,4 @@
-"""Linear weights packed for oneDNN in no-grad CPU forwards (agentrl/agents/packed.py): the same outputs as
+"""Linear weights packed for oneDNN in no-grad CPU forwards (agentrl/kernels/packed.py): the same outputs as
 the layers' own forwards (bitwise under bf16 autocast), gradients untouched, packs that follow the
 weights, and their use by the HF backend's generation and the critic's frozen trunk."""
 
@@ -13,7 +13,7 @@ from torch import nn
 
 from agentrl.agents.backends.base import SamplingConfig
 from agentrl.agents.backends.hf import HFBackend
-from agentrl.agents.packed import PackedLinears, supported
+from agentrl.kernels.packed import PackedLinears, supported
 
 pytestmark = pytest.mark.skipif(not supported(torch.float32), reason="this torch build has no oneDNN linear")
 

@@ -14,7 +14,8 @@ from helpers import interrupt_rollout
 
 from agentrl.algos import poad
 from agentrl.config import compose_config, typed
-from agentrl.runlog import checkpoint_problem, newest_checkpoint
+from agentrl.envs import env_factory
+from agentrl.runs.runlog import checkpoint_problem, newest_checkpoint
 from agentrl.trainers.actor_critic import ActorCritic
 from agentrl.trainers.critic import VALUE_HEAD_FILE, Critic, ValueHead, clipped_value_loss
 from agentrl.trainers.grpo_trainer import MultiStepTrainer
@@ -393,7 +394,7 @@ def test_train_interrupt_and_resume_with_the_value_head(tmp_path, monkeypatch):
     real_rollout = interrupt_rollout(monkeypatch, 3)  # during the third iteration's rollout
     overrides = POAD_RUN  # NTPO runs the same engine: it differs only in token_gae's switch (tested above)
     with pytest.raises(TrainingInterrupted):
-        train_llm(compose_config([*overrides, "algo.iterations=4"]), tmp_path)
+        train_llm(compose_config([*overrides, "algo.iterations=4"]), tmp_path, env_factory)
     checkpoint = newest_checkpoint(tmp_path)
     assert checkpoint.name == "checkpoint-2" and checkpoint_problem(checkpoint) is None
     saved_head = torch.load(checkpoint / VALUE_HEAD_FILE, weights_only=True)
@@ -409,7 +410,7 @@ def test_train_interrupt_and_resume_with_the_value_head(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Critic, "load", spy)
     monkeypatch.setattr("agentrl.rollout.rollout", real_rollout)
-    train_llm(compose_config([*overrides, "algo.iterations=3"]), tmp_path, resume=True)
+    train_llm(compose_config([*overrides, "algo.iterations=3"]), tmp_path, env_factory, resume=True)
     assert len(loaded) == 1 and loaded[0].keys() == saved_head.keys()
     for key, value in saved_head.items():
         torch.testing.assert_close(loaded[0][key], value)

@@ -1,12 +1,13 @@
-"""`algo.precision=auto` on a CPU (agentrl/trainers/precision.py): the bf16 matrix instructions come from cpuinfo,
+"""`algo.precision=auto` on a CPU (agentrl/kernels/precision.py): the bf16 matrix instructions come from cpuinfo,
 never assumed; bf16-mixed is chosen only where they exist and bf16 wins at the model's shapes."""
 
 from __future__ import annotations
 
 import pytest
 
-import agentrl.trainers.precision as precision
-from agentrl.trainers.precision import bf16_instructions, cpu_auto_precision, cpu_flags, describe_cpu
+import agentrl.kernels.precision as precision
+import agentrl.models as models
+from agentrl.kernels.precision import bf16_instructions, cpu_auto_precision, cpu_flags, describe_cpu
 from agentrl.trainers.settings import resolve_precision
 
 SAPPHIRE_RAPIDS = "fpu vme avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
@@ -73,16 +74,16 @@ def test_resolve_precision():
 def test_the_dry_run_says_what_auto_depends_on(monkeypatch):
     """A dry run times nothing, so on a CPU it names what `auto` will be decided by at launch, never a
     bare "fp32" that the launch then contradicts."""
-    from agentrl.plan import _shown_precision
+    from agentrl.runs.plan import _shown_precision
 
-    monkeypatch.setattr(precision, "model_shapes", lambda model_cfg: (576, 1536))
+    monkeypatch.setattr(models, "model_shapes", lambda model_cfg: (576, 1536))
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
     shown = _shown_precision("auto", False, 1, None)
     assert shown.startswith("auto: bf16-mixed if bf16 autocast times >= 1.3x") and "avx512_bf16" in shown
     assert _shown_precision("auto", False, 2, None) == "auto = fp32 (several processes)"
     assert _shown_precision("auto", True, 1, None) == "auto = bf16-mixed"
     assert _shown_precision("fp32", False, 1, None) == "fp32"
-    monkeypatch.setattr(precision, "model_shapes", lambda model_cfg: (64, 128))
+    monkeypatch.setattr(models, "model_shapes", lambda model_cfg: (64, 128))
     assert _shown_precision("auto", False, 1, None) == "auto = fp32 (hidden size 64 < 256)"
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512f"}))
     assert _shown_precision("auto", False, 1, None) == "auto = fp32 (the CPU has no bf16 matrix instructions)"

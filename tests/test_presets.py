@@ -13,9 +13,9 @@ from agentrl.cli import app
 from agentrl.config import CONF_DIR, CONFIG_GROUPS, compose_config
 from agentrl.config.presets import preset_for_agent
 from agentrl.errors import ConfigError
-from agentrl.run import dry_run
-from agentrl.sweep import sweep_trains
-from agentrl.trained import plays_trained_model, trained_model
+from agentrl.runs.launch import dry_run
+from agentrl.runs.sweep import sweep_trains
+from agentrl.runs.trained import plays_trained_model, trained_model
 
 runner = CliRunner()
 PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))

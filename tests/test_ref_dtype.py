@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from agentrl.config import compose_config
+from agentrl.envs import env_factory
 from agentrl.errors import ConfigError
 
 
@@ -42,7 +43,7 @@ def test_a_bf16_reference_model_takes_half_the_memory(tmp_path, monkeypatch):
             "eval.episodes=1",
         ]
     )
-    train_llm(cfg, tmp_path)
+    train_llm(cfg, tmp_path, env_factory)
     trainer = trainers[0]
     ref, policy = trainer.ref_model, trainer.model
     assert {p.dtype for p in policy.parameters()} == {torch.float32}  # the trained (master) weights

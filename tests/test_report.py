@@ -237,7 +237,7 @@ def test_mean_stderr():
 def test_report_on_a_real_dqn_run(tmp_path, monkeypatch):
     """A real (short) DQN run, with the .hydra files Hydra would write, reads back exactly."""
     from agentrl.config import compose_config
-    from agentrl.run import run_train
+    from agentrl.runs.launch import run_train
 
     monkeypatch.setenv("AGENTRL_NO_PROGRESS", "1")
     overrides = [
@@ -567,7 +567,7 @@ def test_failed_and_interrupted_runs_are_separated(tmp_path):
     _msgrpo_run(tmp_path / "live", 4, [], with_eval=False, status={"status": "running"})
     _msgrpo_run(tmp_path / "done", 5, [], final=0.9, status={"status": "complete"})
     console = Console(record=True, width=80)
-    from agentrl import rundir
+    from agentrl.runs import rundir
 
     with rundir.claim(tmp_path / "live", resume=True):  # a live process holds the running run's lock
         report = build_report([tmp_path], out_dir=tmp_path / "rep", console=console)

@@ -421,7 +421,7 @@ def test_untagged_rate_is_a_column_of_every_table(tmp_path, monkeypatch):
 
 
 def test_a_run_killed_outright_reads_killed_not_running(tmp_path, monkeypatch):
-    from agentrl import rundir
+    from agentrl.runs import rundir
 
     run = write_run(tmp_path / "runs" / "a", config("eval", "frozenlake", agent="random"), ["agent=random"])
     rundir.write_status(run, "running", task="eval")

@@ -15,8 +15,9 @@ from helpers import interrupt_rollout
 
 from agentrl.algos import LLM_ALGORITHMS, poad, rlft
 from agentrl.config import compose_config, typed
+from agentrl.envs import env_factory
 from agentrl.errors import ConfigError
-from agentrl.runlog import checkpoint_problem, newest_checkpoint
+from agentrl.runs.runlog import checkpoint_problem, newest_checkpoint
 from agentrl.trainers.multistep import train_llm
 from agentrl.trainers.signals import TrainingInterrupted
 from agentrl.types import Episode, Generation, Step
@@ -244,12 +245,12 @@ def test_train_on_the_bandit_checkpoints_resumes_and_penalises_invalid_answers(t
     monkeypatch.setattr(agentrl.rollout, "rollout", recording)
     interrupt_rollout(monkeypatch, 2)  # during the second iteration's rollout
     with pytest.raises(TrainingInterrupted):
-        train_llm(compose_config([*RUN, "algo.iterations=2"]), tmp_path)
+        train_llm(compose_config([*RUN, "algo.iterations=2"]), tmp_path, env_factory)
     checkpoint = newest_checkpoint(tmp_path)
     assert checkpoint.name == "checkpoint-1" and checkpoint_problem(checkpoint) is None
 
     monkeypatch.setattr(agentrl.rollout, "rollout", recording)
-    train_llm(compose_config([*RUN, "algo.iterations=2"]), tmp_path, resume=True)
+    train_llm(compose_config([*RUN, "algo.iterations=2"]), tmp_path, env_factory, resume=True)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2]
     assert all(r["samples"] > 0 and "kl" in r for r in rows)  # rows were trained, with the KL term (beta > 0)
@@ -275,7 +276,7 @@ def test_training_without_rationales_warns(monkeypatch, caplog, tmp_path):
     # the check runs before the agent is built: stop there instead of training
     monkeypatch.setattr("agentrl.agents.llm.build_llm_agent", stop)
     with caplog.at_level(logging.WARNING, logger="agentrl.trainers.multistep"), pytest.raises(Stop):
-        train_llm(compose_config([*RUN, "agent.cot=false"]), tmp_path)
+        train_llm(compose_config([*RUN, "agent.cot=false"]), tmp_path, env_factory)
     assert any("agent.cot=true" in r.getMessage() for r in caplog.records)
 
 
@@ -284,7 +285,7 @@ def test_gae_advantage_trains_a_value_head_on_tictactoe(tmp_path):
 
     overrides = [o for o in RUN if not o.startswith(("env", "algo.save_final"))]
     cfg = compose_config([*overrides, "env=tictactoe", "algo.advantage=gae", "algo.iterations=1"])
-    train_llm(cfg, tmp_path)
+    train_llm(cfg, tmp_path, env_factory)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["samples"] > 0
     assert "value_loss" in rows[0] and "value/explained_variance" in rows[0]
@@ -303,7 +304,7 @@ def test_gae_with_a_kl_term_trains_alike_when_the_critic_shares_the_reference_mo
     cfg = [*overrides, "env=tictactoe", "algo.advantage=gae", "algo.iterations=2", "algo.save_final=false"]
 
     def metrics(out: Any) -> list[dict[str, Any]]:
-        train_llm(compose_config(cfg), out)
+        train_llm(compose_config(cfg), out, env_factory)
         return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
     with caplog.at_level(logging.INFO, logger="agentrl.trainers.multistep"):
@@ -320,7 +321,9 @@ def test_gae_with_a_kl_term_trains_alike_when_the_critic_shares_the_reference_mo
 
 def test_the_eval_before_training_carries_the_decision_diagnostics(tmp_path):
     """A bandit training run measures coverage and regret before training as well as after."""
-    result = train_llm(compose_config([*RUN, "algo.iterations=1", "algo.eval_before=true"]), tmp_path)
+    result = train_llm(
+        compose_config([*RUN, "algo.iterations=1", "algo.eval_before=true"]), tmp_path, env_factory
+    )
     before = json.loads((tmp_path / "eval_before.json").read_text())
     assert {"final_regret", "final_coverage", "greediness", "curves"} <= set(before["diagnostics"])
     assert result.extra["before"]["diagnostics"] == before["diagnostics"]

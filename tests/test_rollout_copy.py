@@ -12,6 +12,7 @@ from agentrl.agents.backends import HFBackend, HFCopyBackend, SamplingConfig
 from agentrl.agents.exploration import EpsilonGreedy, TryAll, apply_exploration, unwrap
 from agentrl.agents.llm import LLMAgent, TextInterface
 from agentrl.config import compose_config
+from agentrl.envs import env_factory
 from agentrl.errors import BackendError, ConfigError
 from agentrl.models import apply_lora, load_model
 from agentrl.trainers.grpo_trainer import MultiStepTrainer
@@ -229,7 +230,7 @@ def test_training_syncs_the_copy_before_every_rollout_and_corrects_with_the_rati
 
     monkeypatch.setattr(HFCopyBackend, "generate", recording)
     monkeypatch.setattr(MultiStepTrainer, "_add_importance_ratio", recording_ratio)
-    train_llm(_train_cfg("algo.rollout_dtype=bfloat16"), tmp_path)
+    train_llm(_train_cfg("algo.rollout_dtype=bfloat16"), tmp_path, env_factory)
     (backend,) = copies
     assert backend.sync_count == 3  # one per iteration's rollout
     assert fresh and all(fresh)
@@ -250,7 +251,7 @@ def test_training_syncs_the_copy_before_every_rollout_and_corrects_with_the_rati
 def test_settings_the_copy_cannot_serve_are_refused(tmp_path, algo, extra, message):
     cfg = _train_cfg("algo.rollout_dtype=bfloat16", extra, algo=algo)
     with pytest.raises(ConfigError, match=message):
-        train_llm(cfg, tmp_path)
+        train_llm(cfg, tmp_path, env_factory)
 
 
 def test_rollout_dtype_benchmark_compares_the_two_dtypes(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ from helpers import WeightCasts
 
 from agentrl.agents.backends import HFBackend, SamplingConfig
 from agentrl.config import compose_config
+from agentrl.envs import env_factory
 from agentrl.models import load_model
 from agentrl.trainers.logps import shared_prefix_logps
 
@@ -204,7 +205,7 @@ def _one_iteration(tmp_path: Any, monkeypatch: Any, *overrides: str) -> tuple[di
             *overrides,
         ]
     )
-    multistep.train_llm(cfg, tmp_path)
+    multistep.train_llm(cfg, tmp_path, env_factory)
     row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     return grads, row
 

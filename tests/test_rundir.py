@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agentrl import rundir
 from agentrl.cli import app
 from agentrl.errors import RunDirError
+from agentrl.runs import rundir
 
 runner = CliRunner()
 ENV = {**os.environ, "AGENTRL_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"}
@@ -141,7 +141,7 @@ def test_a_second_train_into_a_locked_directory_refuses(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys; from agentrl.rundir import claim; claim(sys.argv[1]); print('locked', flush=True);"
+            "import sys; from agentrl.runs.rundir import claim; claim(sys.argv[1]); print('locked', flush=True);"
             " sys.stdin.read()",
             str(run),
         ],
@@ -195,7 +195,7 @@ def test_status_complete_and_failed(tmp_path, monkeypatch):
     broken = tmp_path / "broken.zip"
     broken.write_bytes(b"not a zip")
     # a failure the checks before launch miss (they load the model too): the job fails, status.json says so
-    monkeypatch.setattr("agentrl.run._check_dqn_fits", lambda cfg: None)
+    monkeypatch.setattr("agentrl.agents.check_dqn_fits", lambda cfg: None)
     result = runner.invoke(app, ["eval", "agent=dqn", f"agent.path={broken}", f"hydra.run.dir={bad}"])
     assert result.exit_code == 2
     status = rundir.read_status(bad)
@@ -206,7 +206,7 @@ def test_status_complete_and_failed(tmp_path, monkeypatch):
 
 
 def test_status_interrupted_and_unexpected_errors(tmp_path, monkeypatch):
-    from agentrl import run as run_module
+    from agentrl.runs import launch as run_module
 
     def interrupted(cfg, run_dir):
         raise KeyboardInterrupt

@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from agentrl.runlog import (
+from agentrl.runs.runlog import (
     MetricsLog,
     atomic_dir,
     checkpoint_problem,
@@ -122,7 +122,7 @@ def test_newest_valid_checkpoint_skips_damaged_ones_and_says_why(tmp_path, caplo
         write_manifest(_checkpoint_dir(tmp_path, step), step=step)
     (tmp_path / "checkpoint-3" / "model.bin").write_bytes(b"cut")
     (tmp_path / "checkpoint-2" / "manifest.json").write_text("{not json")
-    with caplog.at_level(logging.WARNING, logger="agentrl.runlog"):
+    with caplog.at_level(logging.WARNING, logger="agentrl.runs.runlog"):
         assert newest_valid_checkpoint(tmp_path) == tmp_path / "checkpoint-1"
     assert "Skipping checkpoint-3: model.bin has 3 bytes" in caplog.text
     assert "Skipping checkpoint-2: unreadable manifest" in caplog.text

@@ -71,7 +71,7 @@ def test_the_child_interpreter_writes_no_bytecode(monkeypatch):
     __pycache__: the child interpreter runs with -B in both modes, so an allowed import writes nothing
     beside the package (outside the sandbox directory, which the unsafe-local child refuses: "os.mkdir on
     .../numpy/__pycache__ is not allowed")."""
-    from agentrl import sandbox_bwrap
+    from agentrl.sandbox import bwrap as sandbox_bwrap
 
     argv = sandbox_bwrap.bwrap_command("child.py", {}, 64, None, ["out"])
     assert argv[argv.index("--") + 1 :][1:3] == ["-I", "-B"]

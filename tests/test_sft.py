@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from agentrl.agents.llm import TextInterface, demonstration_answer
 from agentrl.cli import app
 from agentrl.config import compose_config
+from agentrl.envs import env_factory
 from agentrl.errors import ConfigError
 from agentrl.evaluation import eval_seeds
 from agentrl.trainers.sft import demonstration_seeds, demonstrations
@@ -71,7 +72,7 @@ def test_demonstrations_play_the_env_through_the_agents_prompt_and_parser(tiny, 
         ["task=train", "model=tiny-random", *TINY_SFT, f"algo.demonstrations={teacher}", "algo.episodes=3"]
     )
     agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
-    episodes = demonstrations(cfg, agent.interface, tokenizer, agent)
+    episodes = demonstrations(cfg, env_factory, agent.interface, tokenizer, agent)
     assert [e.seed for e in episodes] == demonstration_seeds(cfg, 3)
     for episode in episodes:
         for step in episode.steps:
@@ -98,7 +99,7 @@ def test_scored_demonstrations_are_the_models_own_scored_choices(tiny):
     model, tokenizer = tiny
     cfg = compose_config(["task=train", *TINY_SFT, "algo.demonstrations=scored", "algo.episodes=3"])
     agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
-    episodes = demonstrations(cfg, agent.interface, tokenizer, agent)
+    episodes = demonstrations(cfg, env_factory, agent.interface, tokenizer, agent)
     scorer = teacher(cfg, agent)
     assert scorer.decision == "score" and scorer.sampling.temperature == 1.0
     seeds = demonstration_seeds(cfg, 3)
@@ -108,7 +109,7 @@ def test_scored_demonstrations_are_the_models_own_scored_choices(tiny):
     ]
     assert len({s.action_name for e in episodes for s in e.steps}) > 1  # sampled, not one fixed answer
     with pytest.raises(ConfigError, match="needs the model being trained"):
-        demonstrations(cfg, agent.interface, tokenizer)
+        demonstrations(cfg, env_factory, agent.interface, tokenizer)
 
 
 def test_state_facts_put_the_untried_buttons_in_the_rationale_before_the_choice(tiny):
@@ -121,7 +122,7 @@ def test_state_facts_put_the_untried_buttons_in_the_rationale_before_the_choice(
     overrides += ["agent.cot=true", "agent.prefill=''", "algo.demonstrations=planner", "algo.episodes=1"]
     cfg = compose_config([*overrides, "algo.state_facts=true"])
     agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
-    (episode,) = demonstrations(cfg, agent.interface, tokenizer)
+    (episode,) = demonstrations(cfg, env_factory, agent.interface, tokenizer)
     texts = [s.generation.completion_text for s in episode.steps]
     names = [s.action_name for s in episode.steps]
     # UCB1 presses each of the 3 buttons once first: the untried list shrinks as it goes
@@ -133,7 +134,7 @@ def test_state_facts_put_the_untried_buttons_in_the_rationale_before_the_choice(
     for text, name in zip(texts, names, strict=True):
         assert text.index("Not pressed" if "Not" in text else "Every") < text.index(f"I choose {name}.")
         assert agent.interface.parse_answer(text, sorted(set(names))) == (name, False)
-    plain = demonstrations(compose_config(overrides), agent.interface, tokenizer)[0]
+    plain = demonstrations(compose_config(overrides), env_factory, agent.interface, tokenizer)[0]
     assert all("pressed" not in s.generation.completion_text for s in plain.steps)  # the default template
 
 
@@ -190,7 +191,7 @@ def test_sft_writes_a_training_run_moves_the_weights_and_lowers_the_answer_loss(
 
 def test_init_from_loads_the_runs_weights_and_is_shown_by_dry_run(sft_run):
     from agentrl.models import load_model
-    from agentrl.trained import with_init_weights
+    from agentrl.runs.trained import with_init_weights
 
     overrides = ["task=train", "algo=msgrpo", "model=tiny-random", f"init_from={sft_run}"]
     cfg = compose_config(overrides)

@@ -12,7 +12,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from omegaconf import OmegaConf
 
-from agentrl.envs import make_env
+from agentrl.envs import env_factory, make_env
 from agentrl.envs.snake import SnakeEnv
 from agentrl.errors import ConfigError
 
@@ -423,9 +423,9 @@ def test_curriculum_approach_reward_shapes_training_episodes_only():
     from agentrl.trainers.multistep import _train_env
 
     cfg = compose_config(["env=snake", "algo=msgrpo", "algo.curriculum.approach_reward=0.2"])
-    train_env, _ = _train_env(cfg, typed(cfg.algo))
+    train_env, _ = _train_env(cfg, typed(cfg.algo), env_factory)
     assert train_env().approach_reward == 0.2
     assert cfg.env.approach_reward == 0.0  # what evaluation builds from
     lake = compose_config(["env=frozenlake", "algo=msgrpo", "algo.curriculum.approach_reward=0.2"])
     with pytest.raises(ConfigError, match="approach_reward needs an env with an approach reward"):
-        _train_env(lake, typed(lake.algo))
+        _train_env(lake, typed(lake.algo), env_factory)

@@ -162,7 +162,7 @@ def test_snake_learn_trains_one_iteration_with_the_tiny_model(run_dir):
 def test_the_benchmarks_trained_model_is_a_run_the_transfer_presets_evaluate(tmp_path):
     """benchmarks/learn_snake.py writes the run's .hydra/ beside its trained model: `agentrl eval
     experiment=transfer_snake_to_frozenlake from_run=<out>/llm` plays that model with its own prefill."""
-    from agentrl.trained import trained_model
+    from agentrl.runs.trained import trained_model
 
     bench = _learn_snake_module()
     overrides = ["task=train", "algo=msgrpo", "experiment=snake_learn", "model=tiny-random", "seed=0"]

@@ -1,4 +1,4 @@
-"""`synced_forwards` (agentrl/syncforward.py) on a model sharded with torch FSDP2 over two CPU processes.
+"""`synced_forwards` (agentrl/kernels/syncforward.py) on a model sharded with torch FSDP2 over two CPU processes.
 
 Two spawned processes (gloo) shard one tiny random Llama with `fully_shard` and make different numbers
 of forward calls, as rollouts do. Inside `synced_forwards` both finish, with the outputs (and the
@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from agentrl.agents.kvcache import cache_kwarg, output_cache
-from agentrl.syncforward import ForwardCounts, is_sharded, synced_forwards, token_input
+from agentrl.kernels.kvcache import cache_kwarg, output_cache
+from agentrl.kernels.syncforward import ForwardCounts, is_sharded, synced_forwards, token_input
 
 WORLD = 2
 STARTUP_S = 150  # spawn + imports + sharding, on a loaded machine

@@ -12,8 +12,8 @@ import time
 from helpers import logged_iterations
 from typer.testing import CliRunner
 
-from agentrl import rundir
 from agentrl.cli import app
+from agentrl.runs import rundir
 
 TINY = [
     "model=tiny-random",

@@ -31,7 +31,7 @@ from agentrl.agents.backends.trl_vllm import (
 )
 from agentrl.agents.llm import LLMAgent, build_llm_agent
 from agentrl.config import compose_config, typed
-from agentrl.envs import make_env
+from agentrl.envs import env_factory, make_env
 from agentrl.errors import BackendError, ConfigError
 from agentrl.models import load_model
 from agentrl.rollout import rollout
@@ -494,7 +494,7 @@ def test_training_with_model_backend_vllm_syncs_the_engine_before_every_rollout(
             "algo.top_k=3",
         ]
     )
-    train_llm(cfg, tmp_path)
+    train_llm(cfg, tmp_path, env_factory)
     (engine,) = engines
     assert engine.sync_calls == 3  # one per iteration's rollout
     assert engine.fresh and all(engine.fresh)

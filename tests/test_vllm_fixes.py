@@ -331,14 +331,14 @@ def test_zero3_lora_adapters_keep_the_base_dtype(tiny, monkeypatch):
 
 
 def test_tensor_parallel_colocate_is_refused_before_the_run_starts():
-    from agentrl.run import check_job
+    from agentrl.runs.launch import check_job
 
     base = ["task=train", "algo=msgrpo", "env=frozenlake", "model=tiny-random", "model.backend=vllm"]
     with pytest.raises(ConfigError, match="model.vllm.tensor_parallel_size=2"):
         check_job([*base, "+model.vllm.tensor_parallel_size=2"])
-    from agentrl.run import _cuda, _installed
+    from agentrl.runs.checks import cuda_available, installed
 
-    if _installed("vllm") and _cuda():
+    if installed("vllm") and cuda_available():
         check_job(base)
     else:  # the settings pass; this machine's missing vllm or GPU is what stops it, in one line
         with pytest.raises(BackendError, match="model.backend=vllm needs"):

@@ -1,4 +1,4 @@
-"""`trainers/precision.py::weight_casts_shared`: the forwards of one update micro-batch share autocast's
+"""`kernels/precision.py::weight_casts_shared`: the forwards of one update micro-batch share autocast's
 bf16 cast of each weight, with the gradients each pass would get on its own casts."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from helpers import WeightCasts
 
-from agentrl.trainers.precision import weight_casts_shared
+from agentrl.kernels.precision import weight_casts_shared
 
 
 class TwoLayers(torch.nn.Module):

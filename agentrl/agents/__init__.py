@@ -46,6 +46,72 @@ def check_trainable(agent_cfg: Any, algo: str) -> None:
         )
 
 
+def prelaunch_check(cfg: Any, machine: Any) -> None:
+    """The agents' checks before launch (agentrl/runs/checks.py): the agent an eval names and what it
+    needs, what the LLM trainers can train, DQN's numeric view of the env, the generation backend."""
+    from agentrl.runs import checks
+
+    if cfg.task == "eval":
+        if cfg.agent.name not in AGENTS:
+            raise ConfigError(f"unknown agent {cfg.agent.name!r}; valid choices: {', '.join(AGENTS)}")
+        if cfg.agent.name == "planner":
+            from agentrl.agents.baselines import PLANNERS
+
+            if cfg.env.name not in PLANNERS:
+                raise UnknownChoiceError("env for agent=planner", str(cfg.env.name), sorted(PLANNERS))
+        if cfg.agent.name == "dqn":
+            from agentrl.agents.dqn import dqn_model_path
+
+            dqn_model_path(
+                cfg.agent.path
+            )  # a missing or wrong path fails here, before a run directory exists
+            machine(check_dqn_fits, cfg)
+        machine(check_agent, cfg)  # a human player without a terminal, a model that cannot be found
+    if checks.trains_llm(cfg):
+        check_trainable(cfg.agent, cfg.algo.name)  # agent settings the trainers cannot train with
+        if cfg.model.get("backend") == "vllm":  # TRL's engine: model.vllm keys, mode, tensor parallelism
+            from agentrl.agents.backends.trl_vllm import vllm_generation_kwargs
+            from agentrl.config import typed
+
+            vllm_generation_kwargs(typed(cfg.algo), cfg.model, 1)
+    if cfg.task == "train" and cfg.algo.name == "dqn":
+        check_numeric_view(cfg)
+    if checks.uses_llm(cfg):
+        machine(check_backend, cfg)
+
+
+def check_backend(cfg: Any) -> None:
+    """A generation backend's library and hardware: model.backend=vllm needs vllm and a CUDA GPU."""
+    from agentrl.errors import BackendError
+    from agentrl.runs import checks
+
+    if str(cfg.model.get("backend")) != "vllm":
+        return
+    if not checks.installed("vllm"):
+        raise BackendError("model.backend=vllm needs the vllm package (pip install vllm, on a CUDA machine)")
+    if not checks.cuda_available():
+        raise BackendError("model.backend=vllm needs a CUDA GPU; on this machine use model.backend=hf")
+
+
+def check_dqn_fits(cfg: Any) -> None:
+    """Load the DQN model agent.path names and check its observation and action shapes fit the env (a
+    DQN run evaluated on another env through from_run= is refused here, not after the run starts)."""
+    from agentrl.agents.dqn import build_dqn_agent
+
+    build_dqn_agent(cfg)
+
+
+def check_numeric_view(cfg: Any) -> None:
+    """DQN reads the env's numeric view; an env without one (datascicoding) says so here."""
+    from agentrl.envs import env_factory
+
+    env = env_factory(cfg.env)()
+    try:
+        env.unwrapped.numeric_space()
+    finally:
+        env.close()
+
+
 def build_agent(cfg: Any, **kwargs: Any) -> Agent:
     """Build the agent named by `cfg.agent.name` from the full composed config, wrapped in the
     exploration mechanisms `cfg.agent.explore` switches on (agents/exploration.py)."""
@@ -80,4 +146,12 @@ def _build_agent(cfg: Any, **kwargs: Any) -> Agent:
     raise UnknownChoiceError("agent", name, AGENTS)
 
 
-__all__ = ["AGENTS", "Agent", "PolicyAgent", "build_agent", "check_agent", "check_trainable"]
+__all__ = [
+    "AGENTS",
+    "Agent",
+    "PolicyAgent",
+    "build_agent",
+    "check_agent",
+    "check_trainable",
+    "prelaunch_check",
+]

@@ -75,7 +75,7 @@ def dqn_model_path(path: str | Path | None) -> Path:
     (`final/model.zip`, written at the end of training) or else its newest `checkpoint-N.zip`
     (a run that was stopped before the end) whose manifest checks out. ConfigError / RunDirError with
     one line otherwise."""
-    from agentrl.runlog import newest_valid_checkpoint
+    from agentrl.runs.runlog import newest_valid_checkpoint
 
     if path is None or not str(path).strip():
         raise ConfigError(PATH_REQUIRED)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from agentrl.agents.base import Agent
-from agentrl.config.schema import ExploreConfig
+from agentrl.config.agent import ExploreConfig
 from agentrl.errors import ConfigError
 from agentrl.types import Decision, Generation, Step, StepContext
 

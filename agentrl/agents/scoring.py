@@ -33,9 +33,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from agentrl.agents.kvcache import cache_kwarg, prefill_shared
 from agentrl.agents.protocols import ScoringAgent
 from agentrl.errors import ConfigError, UnknownChoiceError
+from agentrl.kernels.kvcache import cache_kwarg, prefill_shared
 from agentrl.types import Decision, Generation, StepContext
 
 DECISIONS = ("generate", "score")

@@ -25,34 +25,21 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 from omegaconf.nodes import BooleanNode, FloatNode, IntegerNode, StringNode
 
-from agentrl.config.presets import preset_for_agent
-from agentrl.config.schema import (
-    ROOT_SCHEMA_NAME,
-    SCHEMAS,
-    AAWConfig,
-    AgentRLConfig,
-    BanditConfig,
-    CurriculumConfig,
+from agentrl.config.agent import (
     DQNAgentConfig,
-    DQNConfig,
-    EvalConfig,
-    FrozenLakeConfig,
     HumanAgentConfig,
     LLMAgentConfig,
-    LoRAConfig,
-    ModelConfig,
-    MSGRPOConfig,
     PlannerAgentConfig,
     RandomAgentConfig,
     SamplingSchema,
-    Schema,
-    SnakeConfig,
-    TicTacToeConfig,
-    field_rows,
-    schema_for,
-    schema_name,
-    show,
 )
+from agentrl.config.algo import AAWConfig, CurriculumConfig, DQNConfig, MSGRPOConfig
+from agentrl.config.base import Schema, field_rows, show
+from agentrl.config.env import BanditConfig, FrozenLakeConfig, SnakeConfig, TicTacToeConfig
+from agentrl.config.model import LoRAConfig, ModelConfig
+from agentrl.config.presets import preset_for_agent
+from agentrl.config.root import AgentRLConfig, EvalConfig
+from agentrl.config.schema import ROOT_SCHEMA_NAME, SCHEMAS, schema_for, schema_name
 from agentrl.errors import ConfigError, UnknownChoiceError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"

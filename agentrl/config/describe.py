@@ -67,7 +67,7 @@ def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
 
 
 def _describe_block(title: str, cls: Any, rows: list[dict[str, Any]], label: str) -> str:
-    from agentrl.config.schema import show
+    from agentrl.config.base import show
 
     doc = " ".join((cls.__doc__ or "").split("\n\n")[0].split()) if cls is not None else ""
     head = f"{title}  ({cls.__name__}) {doc}".rstrip() if cls is not None else title

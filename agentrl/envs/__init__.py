@@ -112,6 +112,11 @@ def env_factory(env_cfg: Any) -> Callable[[], TextEnv]:
     return lambda: make_env(name, **options)
 
 
+def prelaunch_check(cfg: Any, machine: Any) -> None:
+    """The env a job names builds: a bad option fails in one line, before a run directory exists."""
+    env_factory(cfg.env)
+
+
 def register_gym_envs() -> None:
     for spec in ENV_SPECS.values():
         if spec.gym_id not in gym.registry:
@@ -127,5 +132,6 @@ __all__ = [
     "TextEnv",
     "env_factory",
     "make_env",
+    "prelaunch_check",
     "register_gym_envs",
 ]

@@ -51,7 +51,7 @@ from agentrl.report.runs import (
     load_run,
     md_table,
 )
-from agentrl.rundir import override_key
+from agentrl.runs.rundir import override_key
 
 Value = tuple[float, float]  # (value, stderr); nan where unknown
 

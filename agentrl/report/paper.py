@@ -42,7 +42,7 @@ from agentrl.report.runs import (
     load_run,
     mean_stderr,
 )
-from agentrl.rundir import override_key
+from agentrl.runs.rundir import override_key
 
 log = logging.getLogger(__name__)
 

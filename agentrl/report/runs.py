@@ -16,7 +16,7 @@ import numpy as np
 import yaml
 
 from agentrl.errors import RunDirError
-from agentrl.rundir import effective_status, override_key
+from agentrl.runs.rundir import effective_status, override_key
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ NON_LLM_AGENTS = frozenset({"random", "planner", "human", "dqn"})
 #: eval overrides that name a model file or directory a training run wrote; an eval of a trained model
 #: is identified by the run and checkpoint they resolve to (`RunRecord.marker`), never by the path text
 MODEL_PATH_KEYS = frozenset({"agent.path", "model.name_or_path"})
-#: eval overrides `from_run=` derives from the trained run's own eval settings (agentrl/run.py
+#: eval overrides `from_run=` derives from the trained run's own eval settings (agentrl/runs/launch.py
 #: `from_run_overrides`): part of "evaluated as its run did", not a variant of their own
 FROM_RUN_SAMPLING = {
     "agent.sampling.temperature": "eval_temperature",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl import distributed as dist
-from agentrl.runlog import manifest_path, prune_checkpoints, write_manifest
+from agentrl.runs.runlog import manifest_path, prune_checkpoints, write_manifest
 from agentrl.trainers.actor_critic import load_head_optimizer, save_value_head
 
 log = logging.getLogger(__name__)

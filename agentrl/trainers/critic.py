@@ -28,10 +28,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentrl.agents.backends.hf import autocast_wrapped
-from agentrl.agents.kvcache import cache_kwarg, prefill_shared
-from agentrl.agents.packed import PackedLinears
-from agentrl.syncforward import is_sharded, synced_forwards
+from agentrl.kernels.kvcache import cache_kwarg, prefill_shared
+from agentrl.kernels.packed import PackedLinears
+from agentrl.kernels.precision import autocast_wrapped
+from agentrl.kernels.syncforward import is_sharded, synced_forwards
 from agentrl.trainers.logps import completion_logps
 from agentrl.types import Episode, StepSample
 
@@ -126,7 +126,7 @@ class Critic:
 
     def _packed(self) -> Any:
         """A frozen trunk of its own (not LoRA's, which is the trained policy) on a CPU runs its linear
-        layers on weights packed once for the run (agents/packed.py; rebuilt if they ever change), in the
+        layers on weights packed once for the run (kernels/packed.py; rebuilt if they ever change), in the
         dtype its forward computes in: bf16 where accelerate's autocast wraps it."""
         if self.lora or torch.device(self.device).type != "cpu" or is_sharded(self.trunk):
             return contextlib.nullcontext()
@@ -148,7 +148,7 @@ class Critic:
         """For each (prompt, completion), the trunk's last hidden states at the positions that predict the
         completion's tokens: (max(L, 1), hidden), where an empty completion gets the state's position (the
         prompt's last token). Per chunk of `rows`, each distinct prompt runs once (their common head once
-        more, agents/kvcache.py) and only the completions run per row; the values equal a plain forward."""
+        more, kernels/kvcache.py) and only the completions run per row; the values equal a plain forward."""
         if self.trunk is None:
             raise RuntimeError("the critic has no trunk: use_reference was not called")
         out: list[torch.Tensor] = []

@@ -36,11 +36,17 @@ import gymnasium as gym
 import numpy as np
 
 from agentrl.agents.dqn import FINAL_MODEL, DQNAgent
-from agentrl.envs import NumericObservation, make_env
+from agentrl.envs.base import NumericObservation
 from agentrl.errors import ConfigError
-from agentrl.runlog import atomic_dir, atomic_file, manifest_path, newest_valid_checkpoint, write_manifest
+from agentrl.runs.runlog import (
+    atomic_dir,
+    atomic_file,
+    manifest_path,
+    newest_valid_checkpoint,
+    write_manifest,
+)
 from agentrl.trainers.signals import StopSignals, TrainingInterrupted, signal_name
-from agentrl.types import TrainResult
+from agentrl.types import EnvFactory, TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +86,11 @@ class TrainingEpisodes(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def training_env(cfg: Any, seed_stream: int) -> gym.Env:
+def training_env(cfg: Any, env_factory: EnvFactory, seed_stream: int) -> gym.Env:
     """The env SB3 trains on: numeric observations, training seeds, Monitor (episode returns)."""
     from stable_baselines3.common.monitor import Monitor
 
-    env_cfg = _plain(cfg.env)
-    env = make_env(env_cfg["name"], **{k: v for k, v in env_cfg.items() if k != "name"})
+    env = env_factory(cfg.env)()
     wrapped = TrainingEpisodes(
         NumericObservation(env), seed=seed_stream, seed_offset=int(cfg.eval.seed_offset)
     )
@@ -221,18 +226,17 @@ def _callback(
     return RunCallback()
 
 
-def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
-    """Train SB3 DQN on cfg.env with cfg.algo (conf/algo/dqn.yaml), checkpointing into `run_dir`;
-    with `resume`, continue from the newest complete checkpoint up to total_timesteps. Then evaluate
-    the greedy policy on the held-out seeds. Returns the eval metrics and episodes, with
-    `total_timesteps` and `train_time_s` as the extra fields of eval.json."""
+def train_dqn(cfg: Any, run_dir: Path, env_factory: EnvFactory, resume: bool = False) -> TrainResult:
+    """Train SB3 DQN on the env `env_factory` builds for cfg.env with cfg.algo (conf/algo/dqn.yaml),
+    checkpointing into `run_dir`; with `resume`, continue from the newest complete checkpoint up to
+    total_timesteps. Then evaluate the greedy policy on the held-out seeds. Returns the eval metrics and
+    episodes, with `total_timesteps` and `train_time_s` as the extra fields of eval.json."""
     import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.logger import configure
 
-    from agentrl.envs import env_factory
     from agentrl.evaluation import eval_seeds, evaluate
-    from agentrl.runlog import MetricsLog, progress
+    from agentrl.runs.runlog import MetricsLog, progress
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -257,7 +261,7 @@ def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
     try:
         if checkpoint is not None:
             path, start_steps, time_offset = checkpoint
-            env = training_env(cfg, seed_stream=seed * 1_000_003 + start_steps)
+            env = training_env(cfg, env_factory, seed_stream=seed * 1_000_003 + start_steps)
             model = DQN.load(path, env=env, device=device)
             replay = run_dir / f"checkpoint-{start_steps}.replay.pkl"
             if replay.is_file():
@@ -269,7 +273,7 @@ def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
             sb3_dir = run_dir / "sb3" / f"resume-{start_steps}"
             log.info("resuming %s from step %d of %d", run_dir, start_steps, total)
         else:
-            env = training_env(cfg, seed_stream=seed)
+            env = training_env(cfg, env_factory, seed_stream=seed)
             kwargs = {k: v for k, v in algo.items() if k not in _OWN_KEYS}
             model = DQN(
                 "MlpPolicy",
@@ -283,7 +287,9 @@ def train_dqn(cfg: Any, run_dir: Path, resume: bool = False) -> TrainResult:
             sb3_dir = run_dir / "sb3"
         # SB3's CSV writer truncates its file: a resumed run writes its own sub-folder.
         model.set_logger(configure(str(sb3_dir), ["csv", "tensorboard"]))
-        before = _eval_before(cfg, model, run_dir) if bool(algo.get("eval_before", True)) else None
+        before = (
+            _eval_before(cfg, env_factory, model, run_dir) if bool(algo.get("eval_before", True)) else None
+        )
         metrics = MetricsLog(run_dir, resume=checkpoint is not None)
         remaining = max(0, total - int(model.num_timesteps))
         save_replay = bool(algo.get("save_replay_buffer", False))
@@ -380,13 +386,12 @@ def resume_point(run_dir: Path) -> tuple[Path, int, float] | None:
     return max(points, key=lambda p: p[1]) if points else None
 
 
-def _eval_before(cfg: Any, model: Any, run_dir: Path) -> dict[str, Any] | None:
+def _eval_before(cfg: Any, env_factory: EnvFactory, model: Any, run_dir: Path) -> dict[str, Any] | None:
     """The greedy policy of the untrained Q-network on the held-out seeds (eval.json's `before`, as for
     the LLM trainers), written once to eval_before.json and read back on resume."""
     from agentrl.diagnostics import diagnostics_section
-    from agentrl.envs import env_factory
     from agentrl.evaluation import eval_seeds, evaluate
-    from agentrl.runlog import write_json
+    from agentrl.runs.runlog import write_json
 
     path = run_dir / "eval_before.json"
     if path.is_file():

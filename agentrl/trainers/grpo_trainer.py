@@ -51,14 +51,14 @@ import torch
 from trl import GRPOTrainer
 
 from agentrl import distributed as dist
-from agentrl.syncforward import synced_forwards
+from agentrl.kernels.precision import weight_casts_shared
+from agentrl.kernels.syncforward import synced_forwards
 from agentrl.trainers.actor_critic import ActorCritic, head_optimizer, step_value_head
 from agentrl.trainers.callbacks import PPOEpochs, SkipEmptyUpdate
 from agentrl.trainers.checkpoints import CheckpointsMixin
 from agentrl.trainers.iteration import Collect, merge_process_metrics
 from agentrl.trainers.logps import kernel_applies
 from agentrl.trainers.packing import action_rows, blank_rows, pack_samples, split_by_tokens, split_even
-from agentrl.trainers.precision import weight_casts_shared
 from agentrl.trainers.settings import auto_prompt_budget, gather_fraction, resolve_max_batch_tokens
 from agentrl.trainers.trainer_logps import TrainerLogps
 from agentrl.types import StepSample

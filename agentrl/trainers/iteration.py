@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.kernels.syncforward import synced_forwards
 from agentrl.rollout import collect_groups, informative_group_count
-from agentrl.syncforward import synced_forwards
 from agentrl.trainers.critic import Critic
 from agentrl.types import Episode, StepSample
 

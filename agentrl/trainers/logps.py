@@ -2,7 +2,7 @@
 
 Training rows are left-padded prompts followed by right-padded completions. Many rows share a prompt
 (the G episodes of a group start from the same observation; a small grid has few states), and a prompt
-is often ~25x longer than a few-token answer. So the distinct prompts run once (agents/kvcache.py), their
+is often ~25x longer than a few-token answer. So the distinct prompts run once (kernels/kvcache.py), their
 KV cache is gathered out to all rows, and only the completions run per row. Only completion positions go
 through the LM head. Values and gradients equal a plain per-row forward (tests/test_logps.py).
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from agentrl.agents.backends.hf import autocast_wrapped
-from agentrl.agents.kvcache import cache_kwarg, prefill_shared
+from agentrl.kernels.kvcache import cache_kwarg, prefill_shared
+from agentrl.kernels.precision import autocast_wrapped
 
 
 def completion_logps(

@@ -42,7 +42,7 @@ from agentrl import distributed as dist
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.console import set_torch_threads
 from agentrl.errors import ConfigError
-from agentrl.runlog import MetricsLog, newest_valid_checkpoint, progress
+from agentrl.runs.runlog import MetricsLog, newest_valid_checkpoint, progress
 from agentrl.trainers.actor_critic import ActorCritic
 from agentrl.trainers.callbacks import (
     BeforeTraining,
@@ -62,7 +62,7 @@ from agentrl.trainers.rollout_backends import copy_rollouts, vllm_rollouts
 from agentrl.trainers.run_evals import Evaluations
 from agentrl.trainers.settings import activation_budget, cpu_precision_shapes, grpo_config, resolve_precision
 from agentrl.trainers.signals import StopSignals, TrainingInterrupted, signal_name
-from agentrl.types import TrainResult
+from agentrl.types import EnvFactory, TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,10 @@ log = logging.getLogger(__name__)
 METRIC_RENAMES = {"clip_ratio/region_mean": "clip_fraction"}
 
 
-def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResult:
-    """Train the LLM policy with the algorithm `cfg.algo.name`; write metrics.jsonl, checkpoints and
-    final/ into `run_dir` (eval.json is the runner's). With `resume`, continue from the newest checkpoint
-    in `run_dir`."""
+def train_llm(cfg: DictConfig, run_dir: Path, env_factory: EnvFactory, resume: bool = False) -> TrainResult:
+    """Train the LLM policy with the algorithm `cfg.algo.name` on the envs `env_factory` builds; write
+    metrics.jsonl, checkpoints and final/ into `run_dir` (eval.json is the runner's). With `resume`,
+    continue from the newest checkpoint in `run_dir`."""
     from agentrl.config import typed
 
     dist.ensure_process_group()  # before the model loads: each process on its own device
@@ -89,8 +89,8 @@ def train_llm(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     loaded = _load_policy(cfg, algo, run_dir)
     critic = _build_critic(spec, algo, loaded, checkpoint, int(cfg.seed))
     policy, train_agent, eval_agent = _build_agents(cfg, spec, algo, loaded)
-    evals = Evaluations.for_run(cfg, eval_agent, loaded.model, run_dir)
-    train_env, reset_options = _train_env(cfg, algo)
+    evals = Evaluations.for_run(cfg, eval_agent, loaded.model, run_dir, env_factory)
+    train_env, reset_options = _train_env(cfg, algo, env_factory)
     collector = Collector(
         spec,
         algo,
@@ -256,11 +256,9 @@ def _build_agents(cfg: DictConfig, spec: Any, algo: Any, loaded: LoadedPolicy) -
     return policy, train_agent, eval_agent
 
 
-def _train_env(cfg: DictConfig, algo: Any) -> tuple[Any, dict[str, Any] | None]:
+def _train_env(cfg: DictConfig, algo: Any, env_factory: EnvFactory) -> tuple[Any, dict[str, Any] | None]:
     """The training env's factory (`algo.max_steps` may shorten its episodes, `algo.curriculum` may add a
     shaping reward) and its reset options (`algo.curriculum`); evaluation is always the standard task."""
-    from agentrl.envs import env_factory
-
     train_env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
     if algo.max_steps is not None:
         train_env_cfg["max_steps"] = algo.max_steps

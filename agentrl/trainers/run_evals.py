@@ -17,9 +17,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from agentrl import distributed as dist
-from agentrl.runlog import write_json
-from agentrl.syncforward import synced_forwards
-from agentrl.types import Episode
+from agentrl.kernels.syncforward import synced_forwards
+from agentrl.runs.runlog import write_json
+from agentrl.types import EnvFactory, Episode
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,10 @@ class Evaluations:
     before: dict[str, Any] | None = None
 
     @classmethod
-    def for_run(cls, cfg: DictConfig, agent: Any, model: Any, run_dir: Path) -> Evaluations:
+    def for_run(
+        cls, cfg: DictConfig, agent: Any, model: Any, run_dir: Path, env_factory: EnvFactory
+    ) -> Evaluations:
         """The evaluations of the run in `run_dir` on the standard task of `cfg.env`."""
-        from agentrl.envs import env_factory
         from agentrl.evaluation import eval_seeds
 
         env = env_factory(cfg.env)

@@ -2,7 +2,7 @@
 TRL's config.
 
 `resolve_precision` turns `algo.precision=auto` into bf16-mixed or fp32 (on a CPU from its bf16 matrix
-instructions and a timing at the model's shapes, trainers/precision.py); `resolve_max_batch_tokens` turns
+instructions and a timing at the model's shapes, kernels/precision.py); `resolve_max_batch_tokens` turns
 `algo.max_batch_tokens=auto` into a bound on the LM-head positions per pass from free memory and the
 vocabulary, and `auto_prompt_budget` into a bound on the tokens the shared-prefix kernel runs with
 gradients per pass from free memory and the model's layer sizes; `grpo_config` maps the typed algo config
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 def resolve_precision(precision: str, device: str, shapes: tuple[int, int] | None = None) -> str:
     """`algo.precision` on `device`: "auto" is bf16-mixed on CUDA; on a CPU it is bf16-mixed only where the
-    CPU has bf16 matrix instructions and bf16 wins at the model's layer `shapes` (agentrl/trainers/precision.py;
+    CPU has bf16 matrix instructions and bf16 wins at the model's layer `shapes` (agentrl/kernels/precision.py;
     without `shapes`, fp32). Mixed precision keeps fp32 master weights, because a bf16 weight cannot take
     an update below ~1/256 of its own size: at the paper's lr of 1e-6 almost every update would be
     rounded away."""
@@ -33,7 +33,7 @@ def resolve_precision(precision: str, device: str, shapes: tuple[int, int] | Non
         return precision
     if device.startswith("cuda"):
         return "bf16-mixed"
-    from agentrl.trainers.precision import cpu_auto_precision
+    from agentrl.kernels.precision import cpu_auto_precision
 
     choice, reason = cpu_auto_precision(shapes)
     log.info("algo.precision=auto on the CPU: %s", reason)
@@ -173,7 +173,8 @@ def cpu_precision_shapes(model_cfg: Any, algo: Any, device: str, world: int) -> 
     the CPU's bf16 matrix instructions whenever training runs on the CPU."""
     if device.startswith("cuda"):
         return None
-    from agentrl.trainers.precision import bf16_instructions, cpu_flags, describe_cpu, model_shapes
+    from agentrl.kernels.precision import bf16_instructions, cpu_flags, describe_cpu
+    from agentrl.models import model_shapes
 
     flags = cpu_flags()
     log.info("CPU: %s", describe_cpu(flags))

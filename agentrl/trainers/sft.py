@@ -18,7 +18,7 @@
     run             as every training run: eval before/after on the held-out seeds (eval.json),
                     metrics.jsonl (the loss, answer entropy, learning rate, ...), `final/`
 
-`check_sft` (the pre-launch checks) imports neither torch nor TRL; `init_from=` is the runner's (run.py).
+`check_sft` (the pre-launch checks) imports neither torch nor TRL; `init_from=` is the runner's (runs/launch.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from omegaconf import DictConfig
 
 from agentrl.agents.base import Agent
 from agentrl.errors import ConfigError
-from agentrl.types import Decision, Episode, Generation, StepContext, TrainResult
+from agentrl.types import Decision, EnvFactory, Episode, Generation, StepContext, TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def teacher(cfg: DictConfig, policy: Any = None) -> Agent:
         if policy is None:
             raise ConfigError("algo.demonstrations=scored needs the model being trained (its LLM agent)")
         return policy.configured(sampling=SamplingConfig(temperature=1.0), decision="score")
-    from agentrl.config.schema import PlannerAgentConfig
+    from agentrl.config.agent import PlannerAgentConfig
 
     # the planner's own defaults (agent=planner's ucb_c, linucb_alpha), as `agentrl eval agent=planner` plays
     fields = dataclasses.fields(PlannerAgentConfig)
@@ -122,10 +122,12 @@ def demonstration_seeds(cfg: DictConfig, episodes: int) -> list[int]:
     return [training_seed(int(cfg.seed), 0, k, int(cfg.eval.seed_offset)) for k in range(episodes)]
 
 
-def demonstrations(cfg: DictConfig, interface: Any, tokenizer: Any, policy: Any = None) -> list[Episode]:
-    """`algo.episodes` episodes of the teacher on training seeds; every step carries its demonstration.
-    `policy`: the LLM agent of the model being trained (the `scored` teacher)."""
-    from agentrl.envs import env_factory
+def demonstrations(
+    cfg: DictConfig, env_factory: EnvFactory, interface: Any, tokenizer: Any, policy: Any = None
+) -> list[Episode]:
+    """`algo.episodes` episodes of the teacher on training seeds of the env `env_factory` builds; every
+    step carries its demonstration. `policy`: the LLM agent of the model being trained (the `scored`
+    teacher)."""
     from agentrl.rollout import rollout
 
     seeds = demonstration_seeds(cfg, int(cfg.algo.episodes))
@@ -204,9 +206,9 @@ def sft_config(algo: Any, run_dir: Path, device: str, seed: int, precision: str)
     )
 
 
-def train_sft(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResult:
-    """Train on demonstrations; write metrics.jsonl, eval_before.json and final/ into `run_dir` (eval.json
-    is the runner's). `resume`: SFT keeps no checkpoints, so it trains again from the start."""
+def train_sft(cfg: DictConfig, run_dir: Path, env_factory: EnvFactory, resume: bool = False) -> TrainResult:
+    """Train on demonstrations played on the env `env_factory` builds; write metrics.jsonl,
+    eval_before.json and final/ into `run_dir` (eval.json is the runner's). `resume`: SFT keeps no checkpoints, so it trains again from the start."""
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -214,10 +216,9 @@ def train_sft(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
     from agentrl.agents.llm import build_llm_agent, warn_if_lenient
     from agentrl.config import typed
     from agentrl.console import set_torch_threads
-    from agentrl.envs import env_factory
     from agentrl.evaluation import eval_seeds, evaluate
     from agentrl.models import load_model, model_config, resolve_device
-    from agentrl.runlog import MetricsLog, progress, write_json
+    from agentrl.runs.runlog import MetricsLog, progress, write_json
     from agentrl.trainers.settings import resolve_precision
 
     if dist.world_size() > 1:
@@ -261,7 +262,7 @@ def train_sft(cfg: DictConfig, run_dir: Path, resume: bool = False) -> TrainResu
             before["invalid_rate"],
         )
 
-    played = demonstrations(cfg, policy.interface, tokenizer, policy)
+    played = demonstrations(cfg, env_factory, policy.interface, tokenizer, policy)
     rows = demonstration_rows(played)
     demo = {
         "demonstrations": algo.demonstrations,

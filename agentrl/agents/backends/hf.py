@@ -10,9 +10,10 @@ from typing import Any
 from agentrl.agents.backends.base import Backend, Completion, SamplingConfig, completion_length
 from agentrl.agents.backends.graphs import RolloutGraphs
 from agentrl.agents.backends.sampling import sample_tokens
-from agentrl.agents.packed import PackedLinears
 from agentrl.errors import BackendError
-from agentrl.syncforward import is_sharded
+from agentrl.kernels.packed import PackedLinears
+from agentrl.kernels.precision import autocast_wrapped
+from agentrl.kernels.syncforward import is_sharded
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class HFBackend(Backend):
 
     Prefix caching (`prefix_cache=True`): prompts of one env share a long head (chat template + the
     env's instructions). Its key/value states are computed once, kept (batch 1), and broadcast to every
-    row of later calls, so each call only prefills the rows' own suffixes (agents/kvcache.py).
+    row of later calls, so each call only prefills the rows' own suffixes (kernels/kvcache.py).
 
     Prompt sharing (`share_prompts=True`): the G episodes of a group start from one observation and a
     small grid has few states, so a lockstep batch holds many copies of few prompts. Distinct prompts are
@@ -91,7 +92,7 @@ class HFBackend(Backend):
     name = "hf"
 
     def __init__(self, model: Any, tokenizer: Any, *, prefix_cache: bool = True, share_prompts: bool = False):
-        from agentrl.agents.kvcache import cache_kwarg
+        from agentrl.kernels.kvcache import cache_kwarg
 
         self.model = model
         self.tokenizer = tokenizer
@@ -136,7 +137,7 @@ class HFBackend(Backend):
 
     def _shared_prefix(self, prompts: list[list[int]]) -> int:
         """Length of the cached head all prompts start with (0: no prefix caching this call)."""
-        from agentrl.agents.kvcache import MIN_SHARED_PREFIX, common_prefix_length
+        from agentrl.kernels.kvcache import MIN_SHARED_PREFIX, common_prefix_length
 
         if not self.prefix_cache:
             return 0
@@ -157,7 +158,7 @@ class HFBackend(Backend):
     def _compute_prefix(self, prefix: list[int]) -> None:
         import torch
 
-        from agentrl.agents.kvcache import output_cache
+        from agentrl.kernels.kvcache import output_cache
 
         # runs inside generate's no_grad/inference_mode context
         output = self.model(
@@ -210,7 +211,7 @@ class HFBackend(Backend):
             return self._generate_shared(prompts, sampling, seed)
         if self.graphs is not None and self.graphs.recording:
             self.graphs.stop()  # as in `_inference`
-        from agentrl.agents.kvcache import expand_states, preallocate
+        from agentrl.kernels.kvcache import expand_states, preallocate
 
         LogprobRecorder, StopOnStrings = _stopping_classes()
         was_training = self.model.training
@@ -290,7 +291,7 @@ class HFBackend(Backend):
     ) -> list[Completion]:
         import torch
 
-        from agentrl.agents.kvcache import output_cache, preallocate
+        from agentrl.kernels.kvcache import output_cache, preallocate
 
         if sampling.max_new_tokens == 1:
             return self._generate_one(prompts, sampling, seed)
@@ -381,7 +382,7 @@ class HFBackend(Backend):
 
     def _prefill(self, prompts: list[list[int]]) -> tuple[Any, Any, Any, Any]:
         """`prefill_shared` on top of the kept KV states of the prompts' shared head."""
-        from agentrl.agents.kvcache import prefill_shared
+        from agentrl.kernels.kvcache import prefill_shared
 
         shared = self._shared_prefix(prompts)
         return prefill_shared(
@@ -391,7 +392,7 @@ class HFBackend(Backend):
     def _prefill_tokens(self, prompts: list[tuple[int, ...]]) -> int:
         """Tokens `_prefill` runs for `prompts`, padding included: the shared head unless it is kept, and
         every row's own part at the width of the longest."""
-        from agentrl.agents.kvcache import MIN_SHARED_PREFIX, common_prefix_length
+        from agentrl.kernels.kvcache import MIN_SHARED_PREFIX, common_prefix_length
 
         heads = [list(p[:-1]) for p in prompts]
         common = common_prefix_length(heads)
@@ -490,7 +491,7 @@ class HFBackend(Backend):
 
     def _packed_linears(self) -> Any:
         """The model's linear weights packed for oneDNN while the forwards inside need no gradient
-        (agents/packed.py: a decode step's few rows run up to twice as fast), made once per weights
+        (kernels/packed.py: a decode step's few rows run up to twice as fast), made once per weights
         version and kept until the weights change or the rollout ends (`weight_casts_kept`). On a CPU only,
         in the dtype the layers compute in: bf16 where autocast wraps the forward, else the weights' own."""
         import torch
@@ -538,13 +539,6 @@ class HFBackend(Backend):
             end = self._completion_length(row, sampling.stop)
             results.append((row[:end], lps[:end]))
         return results
-
-
-def autocast_wrapped(model: Any) -> bool:
-    """Whether accelerate's mixed precision wrapped `model`'s forward in autocast (it keeps the unwrapped
-    one as `_original_forward`): the trained model under `algo.precision=bf16-mixed` and TRL's reference
-    model, not a rollout copy (`HFCopyBackend` removes the copied wrapper)."""
-    return "forward" in vars(model) and getattr(model, "_original_forward", None) is not None
 
 
 def own_forwards(model: Any) -> Any:

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from agentrl.config import CONF_DIR, CONFIG_GROUPS
 from agentrl.config.presets import flatten, override_text
 from agentrl.errors import ConfigError, RunDirError
-from agentrl.rundir import (
+from agentrl.runs.rundir import (
     SavedRun,
     load_train_run,
     merge_overrides,
@@ -49,7 +49,7 @@ def trained_model(value: str | Path, what: str = "cannot evaluate from_run") -> 
     """The model `from_run=<value>` evaluates (or `init_from=` starts from: `what` opens its errors): a
     training run directory (its final model, else its newest intact checkpoint), or a `final/` or
     `checkpoint-N` inside one."""
-    from agentrl.runlog import newest_valid_checkpoint
+    from agentrl.runs.runlog import newest_valid_checkpoint
 
     path = Path(str(value)).expanduser().resolve()
     given: Path | None = None
@@ -73,6 +73,12 @@ def trained_model(value: str | Path, what: str = "cannot evaluate from_run") -> 
             where = given.name if given is not None else "final/ nor a checkpoint-N/"
             raise RunDirError(f"{what} {value}: no trained model there (neither {where} with a model)")
     return TrainedModel(run, model, model.relative_to(root).as_posix())
+
+
+def prelaunch_check(cfg: DictConfig, machine: Any) -> None:
+    """A run to train from (`init_from=`) is there and trained the same base model: one line, no run
+    directory."""
+    init_source(cfg)
 
 
 def init_source(cfg: DictConfig) -> TrainedModel | None:

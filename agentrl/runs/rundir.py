@@ -28,7 +28,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl.errors import RunDirError
-from agentrl.runlog import write_json
+from agentrl.runs.runlog import write_json
 
 log = logging.getLogger(__name__)
 

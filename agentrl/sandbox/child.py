@@ -1,4 +1,4 @@
-"""The child side of `agentrl.sandbox`: run as a script (`python -I sandbox_child.py`), inside the OS
+"""The child side of `agentrl.sandbox`: run as a script (`python -I child.py`), inside the OS
 sandbox (bubblewrap) or, with `sandbox=unsafe-local`, as a plain child process.
 
 It imports nothing of agentrl (inside the sandbox only this file and the Python installation exist).

@@ -4,7 +4,7 @@
 and never raises for anything the code does. The layers, outermost first (docs/envs.md, "The sandbox",
 has the threat model):
 
-1. **The OS sandbox** (`sandbox="bwrap"`, the default; `agentrl.sandbox_bwrap`): the child runs under
+1. **The OS sandbox** (`sandbox="bwrap"`, the default; `agentrl.sandbox.bwrap`): the child runs under
    bubblewrap as uid 65534 in new user, mount, PID, network, IPC, UTS and cgroup namespaces, without
    capabilities, under a seccomp filter (no new processes, no ptrace, mounts or namespaces), sees the
    Python installation read-only and nothing else of the host, and writes only to a tmpfs of `disk_mb`.
@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl import sandbox_bwrap
+from agentrl.sandbox import bwrap as sandbox_bwrap
 
 log = logging.getLogger(__name__)
 
@@ -428,7 +428,7 @@ def _child_env(home: str) -> dict[str, str]:
     return env
 
 
-_CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
+_CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 
 
 def _run_child(payload: bytes, limits: SandboxLimits, mode: str) -> SandboxResult:

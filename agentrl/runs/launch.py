@@ -3,7 +3,7 @@
 Every run goes through Hydra's own entry point (`hydra.main`), so `.hydra/` (resolved config,
 overrides) and multirun launchers (basic, joblib, submitit) are Hydra's. Before Hydra starts, each
 job's config is composed and checked here, so bad input fails with one line and no run directory is
-created. A single run's directory is then chosen and locked here too (agentrl/rundir.py), before Hydra
+created. A single run's directory is then chosen and locked here too (agentrl/runs/rundir.py), before Hydra
 writes into it: a directory that already holds a run is never reused except by `resume`, and a second
 process aimed at a directory in use is refused. Every job records `status.json`.
 """
@@ -31,7 +31,9 @@ from agentrl.algos import LLM_ALGORITHMS
 from agentrl.config import CONF_DIR, CONFIG_GROUPS, compose_config, split_sweep
 from agentrl.config.presets import preset_for_agent
 from agentrl.errors import AgentRLError, ConfigError, RunDirError, TrainingInterrupted
-from agentrl.rundir import (
+from agentrl.runs import checks
+from agentrl.runs.checks import Machine
+from agentrl.runs.rundir import (
     STATUS_FILE,
     RunLock,
     SavedRun,
@@ -47,9 +49,8 @@ from agentrl.rundir import (
     start_status,
     under,
 )
-from agentrl.trained import (
+from agentrl.runs.trained import (
     eval_overrides,
-    init_source,
     plays_trained_model,
     trained_model,
     with_init_weights,
@@ -70,6 +71,15 @@ BUDGET_KEYS = {"dqn": "total_timesteps"}
 DEFAULT_BUDGET_KEY = "iterations"
 #: keys of a run's overrides that a resume does not repeat: the command sets them again
 NOT_REPEATED = ("task", "resume", "from_run", "hydra")
+#: the modules whose `prelaunch_check(cfg, machine)` `check_job` runs, in this order (agentrl/runs/checks.py)
+PRELAUNCH_CHECKS = (
+    "agentrl.runs.launch",  # the task, the algo's trainer, launching several processes
+    "agentrl.envs",  # the env builds
+    "agentrl.agents",  # the agent, its generation backend, what the trainers can train
+    "agentrl.models",  # the weights a training run loads
+    "agentrl.trainers",  # what a trainer needs of the env (SFT's demonstrator)
+    "agentrl.runs.trained",  # a run to train from (init_from=)
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,10 +89,11 @@ def check_job(overrides: list[str], problems: list[AgentRLError] | None = None) 
     """Compose one job's config and check, before a run directory exists, what would make the run fail:
     config rules (raised at once), and what the run needs from this machine and its files (a model's
     weights, a library, CUDA, a trained model that fits the env). With `problems`, each failure of the
-    second kind is appended there and the checks go on (--dry-run lists them all); else it raises."""
+    second kind is appended there and the checks go on (--dry-run lists them all); else it raises.
+    Each layer contributes its own checks (`PRELAUNCH_CHECKS`)."""
+    import importlib
+
     cfg = compose_config(overrides)
-    from agentrl.agents import AGENTS
-    from agentrl.envs import env_factory
 
     def machine(check: Any, *args: Any) -> None:
         try:
@@ -92,7 +103,14 @@ def check_job(overrides: list[str], problems: list[AgentRLError] | None = None) 
                 raise
             problems.append(exc)
 
-    env_factory(cfg.env)
+    for module in PRELAUNCH_CHECKS:
+        importlib.import_module(module).prelaunch_check(cfg, machine)
+    return cfg
+
+
+def prelaunch_check(cfg: DictConfig, machine: Machine) -> None:
+    """The runner's own checks: the task and the keys that only some tasks take, a trainer for the algo,
+    and what launching several processes needs."""
     if cfg.task not in TASKS:
         raise ConfigError(f"unknown task {cfg.task!r}; valid choices: {', '.join(TASKS)}")
     if cfg.get("resume") is not None:
@@ -107,30 +125,6 @@ def check_job(overrides: list[str], problems: list[AgentRLError] | None = None) 
             f"from_run_env={cfg.from_run_env}: evaluates a trained run on another env; give the run: "
             "agentrl eval from_run=<run dir> (with this preset or from_run_env=<env>)"
         )
-    if cfg.task == "eval" and cfg.agent.name not in AGENTS:
-        raise ConfigError(f"unknown agent {cfg.agent.name!r}; valid choices: {', '.join(AGENTS)}")
-    if cfg.task == "eval" and cfg.agent.name == "planner":
-        _check_planner(cfg)
-    if cfg.task == "eval" and cfg.agent.name == "dqn":
-        from agentrl.agents.dqn import dqn_model_path
-
-        dqn_model_path(cfg.agent.path)  # a missing or wrong path fails here, before a run directory exists
-        machine(_check_dqn_fits, cfg)
-    if cfg.task == "eval":
-        from agentrl.agents import check_agent
-
-        machine(check_agent, cfg)  # a human player without a terminal, a model that cannot be found
-    if cfg.task == "train" and cfg.get("algo") is not None and cfg.algo.name in LLM_ALGOS:
-        from agentrl.agents import check_trainable
-        from agentrl.models import check_model
-
-        check_trainable(cfg.agent, cfg.algo.name)  # agent settings the trainers cannot train with
-        machine(check_model, cfg.model)
-        if cfg.model.get("backend") == "vllm":  # TRL's engine: model.vllm keys, mode, tensor parallelism
-            from agentrl.agents.backends.trl_vllm import vllm_generation_kwargs
-            from agentrl.config import typed
-
-            vllm_generation_kwargs(typed(cfg.algo), cfg.model, 1)
     if cfg.task == "train":
         if cfg.get("algo") is None:
             raise ConfigError(
@@ -140,18 +134,8 @@ def check_job(overrides: list[str], problems: list[AgentRLError] | None = None) 
             raise ConfigError(
                 f"no trainer for algo {cfg.algo.name!r}; valid choices: {', '.join(sorted(TRAINERS))}"
             )
-        if cfg.algo.name == "dqn":
-            _check_numeric_view(cfg)
         machine(check_distributed, cfg)
         machine(check_deepspeed, cfg)
-    if _uses_llm(cfg):
-        machine(check_backend, cfg)
-    init_source(cfg)  # a run that is not there, or trained another model: one line, no run directory
-    if cfg.task == "train" and cfg.algo.name == "sft":
-        from agentrl.trainers.sft import check_sft
-
-        check_sft(cfg)  # an env the demonstrator cannot play
-    return cfg
 
 
 def _baseline_hint(cfg: DictConfig) -> str:
@@ -163,52 +147,6 @@ def _baseline_hint(cfg: DictConfig) -> str:
     return ""
 
 
-def _uses_llm(cfg: DictConfig) -> bool:
-    """Whether the job generates with the LLM (an LLM training algo, or an eval of agent=llm)."""
-    if cfg.task == "train":
-        return cfg.get("algo") is not None and cfg.algo.name in LLM_ALGOS
-    return cfg.agent.name == "llm"
-
-
-def _check_planner(cfg: DictConfig) -> None:
-    from agentrl.agents.baselines import PLANNERS
-    from agentrl.errors import UnknownChoiceError
-
-    if cfg.env.name not in PLANNERS:
-        raise UnknownChoiceError("env for agent=planner", str(cfg.env.name), sorted(PLANNERS))
-
-
-def _check_numeric_view(cfg: DictConfig) -> None:
-    """DQN reads the env's numeric view; an env without one (datascicoding) says so here."""
-    from agentrl.envs import env_factory
-
-    env = env_factory(cfg.env)()
-    try:
-        env.unwrapped.numeric_space()
-    finally:
-        env.close()
-
-
-def _check_dqn_fits(cfg: DictConfig) -> None:
-    """Load the DQN model agent.path names and check its observation and action shapes fit the env (a
-    DQN run evaluated on another env through from_run= is refused here, not after the run starts)."""
-    from agentrl.agents.dqn import build_dqn_agent
-
-    build_dqn_agent(cfg)
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def _installed(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
-
-
 def check_distributed(cfg: DictConfig) -> None:
     """What `distributed=` needs on this machine: CUDA for every engine but ddp (which runs on the CPU
     over gloo), a process count when there is no GPU to count."""
@@ -218,25 +156,15 @@ def check_distributed(cfg: DictConfig) -> None:
     if _processes(cfg) > 1:
         from agentrl.config import typed
 
-        dist.launcher_command(typed(cfg.distributed), [], cuda=_cuda())  # raises what it cannot launch
+        dist.launcher_command(
+            typed(cfg.distributed), [], cuda=checks.cuda_available()
+        )  # raises what it cannot launch
 
 
 def check_deepspeed(cfg: DictConfig) -> None:
     engine = str(OmegaConf.select(cfg, "distributed.name", default="none"))
-    if cfg.task == "train" and engine in ("zero2", "zero3") and not _installed("deepspeed"):
+    if cfg.task == "train" and engine in ("zero2", "zero3") and not checks.installed("deepspeed"):
         raise ConfigError(f"distributed={engine} needs DeepSpeed: pip install 'agentrl[deepspeed]'")
-
-
-def check_backend(cfg: DictConfig) -> None:
-    """A generation backend's library and hardware: model.backend=vllm needs vllm and a CUDA GPU."""
-    from agentrl.errors import BackendError
-
-    if str(cfg.model.get("backend")) != "vllm":
-        return
-    if not _installed("vllm"):
-        raise BackendError("model.backend=vllm needs the vllm package (pip install vllm, on a CUDA machine)")
-    if not _cuda():
-        raise BackendError("model.backend=vllm needs a CUDA GPU; on this machine use model.backend=hf")
 
 
 def check_sweep(jobs: list[list[str]]) -> DictConfig:
@@ -557,7 +485,7 @@ def _asks_for_more(cfg: DictConfig, run: SavedRun) -> bool:
 def check_continuable(run: SavedRun) -> None:
     """A complete run asked for more training continues from its newest checkpoint (DQN: or its final
     model); a run with neither is refused here, never restarted from step 0 over its own results."""
-    from agentrl.runlog import newest_valid_checkpoint
+    from agentrl.runs.runlog import newest_valid_checkpoint
 
     if run.algo == "dqn":
         from agentrl.trainers.dqn import resume_point
@@ -759,13 +687,14 @@ def run_train(cfg: DictConfig, run_dir: Path, resume: bool | None = None) -> dic
     runner is their only writer."""
     import importlib
 
+    from agentrl.envs import env_factory
     from agentrl.evaluation import write_eval
 
     module, _, fn = TRAINERS[cfg.algo.name].partition(":")
     train = getattr(importlib.import_module(module), fn)
     if resume is None:
         resume = cfg.get("resume") is not None
-    result = train(with_init_weights(cfg), run_dir, resume=resume)
+    result = train(with_init_weights(cfg), run_dir, env_factory, resume=resume)
     extra = dict(result.extra)
     if not dist.is_main():  # of several processes, the first writes the results
         return {**result.metrics, **extra}

@@ -1,5 +1,5 @@
 """What `agentrl train|eval --dry-run` prints: the checked config's summary (env, agent, model, algo,
-scale, eval, sources, run directory), built from `run.dry_run`'s Plan without loading a model."""
+scale, eval, sources, run directory), built from `launch.dry_run`'s Plan without loading a model."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from agentrl import run
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.config.presets import flatten
-from agentrl.run import LLM_ALGOS, Plan
-from agentrl.trained import init_plan_line, plays_trained_model, trained_model
+from agentrl.runs import checks, launch
+from agentrl.runs.launch import LLM_ALGOS, Plan
+from agentrl.runs.trained import init_plan_line, plays_trained_model, trained_model
 
 
 def plan_lines(plan: Plan) -> list[str]:
@@ -91,7 +91,7 @@ def _scale(plan: Plan) -> str:
     cfg = plan.cfg
     if str(cfg.model.get("backend")) == "openai":
         return f"the model runs behind {cfg.model.base_url}: no weights load on this machine"
-    cuda = run._cuda()  # through the module: tests stand in for CUDA there
+    cuda = checks.cuda_available()  # through the module: tests stand in for CUDA there
     device = "cuda" if cuda else "cpu"
     params = model_parameters(cfg.model)
     dtype = str(cfg.model.dtype)
@@ -100,7 +100,7 @@ def _scale(plan: Plan) -> str:
         what, per_param, processes, engine = "weights", weight_bytes, 1, "1 process"
     else:
         name = str(OmegaConf.select(cfg, "distributed.name", default="none"))
-        processes = run._processes(cfg)
+        processes = launch._processes(cfg)
         precision = str(cfg.algo.get("precision", "auto"))
         shown = _shown_precision(precision, cuda, processes, cfg.model)
         engine = f"distributed={name}, {processes} process{'es' if processes > 1 else ''}, precision {shown}"
@@ -121,19 +121,19 @@ def _scale(plan: Plan) -> str:
 
 def _shown_precision(precision: str, cuda: bool, processes: int, model_cfg: Any) -> str:
     """What `algo.precision` will be, as far as a dry run can tell without timing anything: on a CPU, `auto`
-    is decided at launch by timing bf16 against fp32 (agentrl/trainers/precision.py), so the line says
+    is decided at launch by timing bf16 against fp32 (agentrl/kernels/precision.py), so the line says
     what that choice depends on."""
     if precision != "auto":
         return precision
     if cuda:
         return "auto = bf16-mixed"
-    from agentrl.trainers.precision import (
+    from agentrl.kernels.precision import (
         MIN_SPEEDUP,
         bf16_instructions,
         cpu_flags,
         fp32_without_timing,
-        model_shapes,
     )
+    from agentrl.models import model_shapes
 
     flags = cpu_flags()
     untimed = fp32_without_timing(flags, model_shapes(model_cfg))

@@ -132,23 +132,6 @@ def cpu_auto_precision(
     )
 
 
-def model_shapes(model_cfg: Any) -> tuple[int, int] | None:
-    """(hidden size, MLP size) from the model's config.json, without loading weights; None if unknown."""
-    from agentrl.models import _adapter_base, check_model_source, resolve_name_or_path
-
-    try:
-        from transformers import AutoConfig
-
-        path = resolve_name_or_path(model_cfg)
-        base = _adapter_base(path)
-        config = AutoConfig.from_pretrained(check_model_source(base) if base else path).get_text_config()
-        hidden = int(config.hidden_size)
-        return hidden, int(getattr(config, "intermediate_size", None) or 4 * hidden)
-    except Exception as exc:  # any unreadable config only means "measure nothing": fp32
-        log.debug("no layer sizes for the precision probe: %s", exc)
-        return None
-
-
 @contextlib.contextmanager
 def weight_casts_shared(enabled: bool = True) -> Iterator[None]:
     """Autocast's bf16 casts of the trainable weights kept for every forward inside, instead of one cast
@@ -174,3 +157,10 @@ def weight_casts_shared(enabled: bool = True) -> Iterator[None]:
     finally:
         if torch.autocast_decrement_nesting() == 0:
             torch.clear_autocast_cache()
+
+
+def autocast_wrapped(model: Any) -> bool:
+    """Whether accelerate's mixed precision wrapped `model`'s forward in autocast (it keeps the unwrapped
+    one as `_original_forward`): the trained model under `algo.precision=bf16-mixed` and TRL's reference
+    model, not a rollout copy (`HFCopyBackend` removes the copied wrapper)."""
+    return "forward" in vars(model) and getattr(model, "_original_forward", None) is not None

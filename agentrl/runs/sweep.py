@@ -93,7 +93,7 @@ def print_summary(sweep_dir: Path) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from agentrl.rundir import effective_status, read_status
+    from agentrl.runs.rundir import effective_status, read_status
 
     # A job is labelled by its number and the overrides that set it apart from the other jobs (its
     # directory's name holds all of them) beyond env, agent and seed, as words the table can wrap.
