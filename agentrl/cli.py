@@ -164,6 +164,42 @@ def _overrides(given: list[str] | None) -> list[str]:
     return overrides
 
 
+def _one_job(task: str, overrides: list[str]) -> None:
+    """A comma list (env=frozenlake,snake) asks for one job per value, which `agentrl sweep` runs: the
+    error line gives that command."""
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from agentrl.errors import ConfigError
+    from agentrl.runs.sweep import sweep_trains
+
+    try:
+        swept = [
+            o.input_line for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()
+        ]
+    except Exception:  # noqa: BLE001 - composing the config reports what does not parse
+        return
+    if swept:
+        flag = [] if (task == "train") == sweep_trains(overrides) else [f"--task {task}"]
+        command = " ".join(["agentrl sweep", *flag, *map(shlex.quote, overrides)])
+        raise ConfigError(f"{swept[0]}: several values make one job each; run them all with: {command}")
+
+
+def _keys(overrides: list[str]) -> set[str]:
+    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+
+
+def _with_default_algo(overrides: list[str]) -> list[str]:
+    """A training job's overrides with `algo=` + TRAIN_DEFAULT_ALGO first, unless they name the algo or
+    an experiment preset that picks one (experiment=rlft_bandit)."""
+    from agentrl.runs.sweep import preset_sets_algo
+
+    if "algo" in _keys(overrides) or preset_sets_algo(overrides):
+        return overrides
+    return [f"algo={TRAIN_DEFAULT_ALGO}", *overrides]
+
+
 def _errors_to_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Library errors become one red line on stderr and a non-zero exit code."""
 
@@ -233,7 +269,7 @@ def envs() -> None:
             details = f"actions: {shown}\nvariant: {escape(variant)}\n{escape(description)}"
             table.add_row(f"{name}\n{gym_id}", details)
     console.print(table)
-    console.print(f"config options (env=...): {', '.join(group_options('env'))}", soft_wrap=True)
+    console.print(f"config options (env=...): {', '.join(group_options('env'))}", soft_wrap=False)
 
 
 @app.command(
@@ -268,6 +304,7 @@ def eval_(overrides: Overrides = None, dry_run: DryRun = False) -> None:
 
     setup_logging()
     overrides = _overrides(overrides)
+    _one_job("eval", overrides)
     if dry_run:
         _print_plan("eval", overrides)
         return
@@ -316,15 +353,13 @@ def train(
     Writes metrics.jsonl, TensorBoard events, checkpoints and eval.json (before and after training)
     into a new run directory."""
     from agentrl.runs.launch import launch
-    from agentrl.runs.sweep import preset_sets_algo
 
     setup_logging()
     overrides = _overrides(overrides)
-    keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    _one_job("train", overrides)
     # a resumed run keeps its own algo (launch reads it from the run's overrides)
-    # a preset that picks its algo (experiment=rlft_bandit) keeps it
-    if resume is None and "resume" not in keys and "algo" not in keys and not preset_sets_algo(overrides):
-        overrides.insert(0, f"algo={TRAIN_DEFAULT_ALGO}")
+    if resume is None and "resume" not in _keys(overrides):
+        overrides = _with_default_algo(overrides)
     if dry_run:
         _print_plan("train", overrides, resume)
         return
@@ -417,7 +452,7 @@ def sweep(
         str,
         typer.Option(
             help="eval or train for every job (default: train when algo=, an algo.* key or a training "
-            "preset is given)"
+            "preset is given; a training sweep without algo= trains msgrpo)"
         ),
     ] = "",
     dry_run: DryRun = False,
@@ -433,6 +468,8 @@ def sweep(
     overrides = _overrides(overrides)
     check_launcher(overrides)
     task = task or ("train" if sweep_trains(overrides) else "eval")
+    if task == "train":  # as `agentrl train`: an algo.* key alone sweeps the default algorithm
+        overrides = _with_default_algo(overrides)
     if not any(o.startswith("hydra.sweep.dir=") for o in overrides):
         from agentrl.runs.rundir import new_run_id, run_time
 
@@ -451,8 +488,10 @@ def sweep(
         if problems:
             raise typer.Exit(2)
         return
+    from agentrl.config import split_sweep
+
     launch(task, overrides, multirun=True)
-    failed = print_summary(sweep_dir)
+    failed = print_summary(sweep_dir, expected=len(split_sweep(overrides)))
     if failed:
         typer.echo(
             f"error: {failed} sweep job(s) failed (see the table above and their status.json)", err=True
@@ -552,7 +591,8 @@ def config(
     overrides = _overrides(overrides)
     cfg = compose_config(overrides)
     if describe:
-        console.print(describe_config(cfg, overrides), markup=False, highlight=False, soft_wrap=True)
+        text = describe_config(cfg, overrides, width=console.width)  # wrapped to the terminal or $COLUMNS
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
         return
     console.print(OmegaConf.to_yaml(cfg), markup=False, highlight=False)
     if show_prompt and cfg.agent.name != "llm":

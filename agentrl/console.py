@@ -16,9 +16,9 @@ import sys
 from rich.console import Console
 from rich.logging import RichHandler
 
-# Width of rich's tables and rules when stdout is not a terminal and $COLUMNS is not set. Plain text is
-# printed with soft wrap and is never cut, whatever the width.
-PLAIN_WIDTH = 200
+# Width of rich's tables, rules and wrapped help when stdout is not a terminal and $COLUMNS is not set:
+# what a pager, an editor or a log viewer shows. Log lines are printed with soft wrap and never cut.
+PLAIN_WIDTH = 100
 
 
 def _make_console() -> Console:

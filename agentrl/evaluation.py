@@ -33,16 +33,27 @@ def _stderr(values: Sequence[float]) -> float:
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
     """Aggregate metrics over episodes. Env-specific per-episode numbers (e.g. bandit regret, snake
-    apples) arrive in the final info's `episode_metrics` dict and are averaged as `mean_<key>`."""
+    apples) arrive in the final info's `episode_metrics` dict and are averaged as `mean_<key>`. Without
+    episodes (an eval stopped before its first ended) every rate and mean is None: nothing was measured."""
     n = len(episodes)
+    if not n:
+        keys = (
+            "success_rate",
+            "mean_return",
+            "return_stderr",
+            "mean_length",
+            "invalid_rate",
+            "untagged_rate",
+        )
+        return {"episodes": 0, **dict.fromkeys(keys)}
     returns = [e.episode_return for e in episodes]
     steps = sum(e.length for e in episodes)
     metrics: dict[str, Any] = {
         "episodes": n,
-        "success_rate": sum(e.success for e in episodes) / n if n else 0.0,
-        "mean_return": sum(returns) / n if n else 0.0,
+        "success_rate": sum(e.success for e in episodes) / n,
+        "mean_return": sum(returns) / n,
         "return_stderr": _stderr(returns),
-        "mean_length": steps / n if n else 0.0,
+        "mean_length": steps / n,
         "invalid_rate": sum(e.invalid_count for e in episodes) / steps if steps else 0.0,
         # valid actions the lenient parser read from answers without a usable answer tag: a model that
         # learns to end any text with an action name, rather than the requested format, shows here
@@ -104,7 +115,7 @@ def write_eval(
     RLFT decision-making diagnostics of agentrl/diagnostics.py, knowing-doing judged against UCB1 with
     `ucb_c`), episodes.jsonl and, when any step carries an LLM generation, transcripts.jsonl (prompt,
     completion, parsed action, valid flag, reward; a scoring agent's action probabilities, an exploration
-    mark, and the env's `reason` for the last step when it gives one)."""
+    mark, and the env's `reason` for a step when it gives one)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with (run_dir / "episodes.jsonl").open("w", encoding="utf-8") as f:
@@ -130,8 +141,8 @@ def write_eval(
                         explored = getattr(s.generation, "exploration", None)
                         if explored:  # an exploration mechanism chose the executed action
                             row["explored"] = explored
-                    if t == len(ep.steps) - 1 and ep.final_info.get("reason"):
-                        row["reason"] = ep.final_info["reason"]  # why the env scored the last step so
+                    if s.reason:
+                        row["reason"] = s.reason  # why the env scored the step so
                     f.write(json.dumps(row) + "\n")
     path = run_dir / "eval.json"
     data = {**extra, **metrics}

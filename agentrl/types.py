@@ -85,6 +85,7 @@ class Step:
     generation: Generation | None = None
     untagged: bool = False  # Decision.untagged
     rationale: bool | None = None  # Decision.rationale
+    reason: str = ""  # why the env scored the step so, where it says (its info["reason"])
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -138,6 +139,8 @@ class Episode:
             "success": self.success,
             "invalid": self.invalid_count,
             "actions": [s.action_name for s in self.steps],
+            # why the env scored each step so, where it says (DataSciCoding's -1)
+            **({"reasons": [s.reason for s in self.steps]} if any(s.reason for s in self.steps) else {}),
         }
 
 

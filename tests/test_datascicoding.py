@@ -192,7 +192,11 @@ def test_llm_agent_submits_extracted_code_and_an_unusable_answer_is_invalid():
     system, user = backend.conversations[0]
     assert "def build_model(X, y):" in system["content"]
     assert "Valid actions" not in user["content"]
-    assert user["content"].endswith("Answer with your complete Python code inside <action>...</action>.")
+    assert user["content"].endswith(
+        "Answer with your complete Python code inside <action>...</action>. An answer without it scores -2: "
+        "-1 for no code, -1 for the invalid answer."
+    )
+    assert step.reason == "no code was submitted" and good.steps[0].reason == ""
 
 
 def test_free_text_decisions_follow_the_invalid_rules():

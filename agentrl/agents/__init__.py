@@ -81,10 +81,19 @@ def prelaunch_check(cfg: Any, machine: Any) -> None:
 
 
 def check_backend(cfg: Any) -> None:
-    """A generation backend's library and hardware: model.backend=vllm needs vllm and a CUDA GPU."""
+    """A generation backend's library, hardware or server: model.backend=vllm needs vllm and a CUDA GPU,
+    model.backend=openai an endpoint that answers and serves model.name."""
     from agentrl.errors import BackendError
     from agentrl.runs import checks
 
+    if str(cfg.model.get("backend")) == "openai":
+        from agentrl.agents.backends.openai import check_endpoint
+
+        m = cfg.model
+        check_endpoint(
+            str(m.base_url), str(m.name), api_key_env=m.get("api_key_env"), timeout=float(m.timeout)
+        )
+        return
     if str(cfg.model.get("backend")) != "vllm":
         return
     if not checks.installed("vllm"):

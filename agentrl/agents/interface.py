@@ -128,6 +128,17 @@ class TextInterface:
             return f"First think step by step inside <think>...</think>, then {answer}"
         return answer[0].upper() + answer[1:]
 
+    def no_answer_note(self, empty_reward: float | None) -> str:
+        """What a free-text answer without usable text scores: the env's reward for an empty answer plus
+        the invalid-answer penalty ("" when the env does not state its reward)."""
+        if empty_reward is None:
+            return ""
+        total = float(empty_reward) + self.invalid_penalty
+        return (
+            f" An answer without it scores {total:g}: {float(empty_reward):g} for no code, "
+            f"{self.invalid_penalty:g} for the invalid answer."
+        )
+
     def stop_strings(self) -> tuple[str, ...]:
         """Extra stop strings: the closing answer tag ends the useful part of a completion."""
         return (f"</{self.answer_tag}>",) if self.stop_at_answer else ()
@@ -158,7 +169,9 @@ class TextInterface:
             parts.append("Previous steps (action -> reward):\n" + "\n".join(past))
         parts.append(f"Observation:\n{ctx.observation.rstrip()}")
         if getattr(ctx.env, "free_text_action", False):
-            parts.append(self.free_text_format)
+            parts.append(
+                self.free_text_format + self.no_answer_note(getattr(ctx.env, "empty_answer_reward", None))
+            )
         else:
             parts.append(f"Valid actions: {', '.join(valid)}\n{self.answer_format}")
         system = self.system_prompt.strip() if self.system_prompt else instructions

@@ -82,8 +82,67 @@ def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     finally:
         GlobalHydra.instance().clear()
     _check_bool_overrides(cfg, overrides)
+    _check_added_keys(cfg, overrides)
     validate(cfg)
     return cfg
+
+
+#: where `+key=value` adds what code reads: an env's options are its constructor's arguments (a wrong
+#: one fails when the env is built); the keys of a free-form mapping (model.vllm) are read as a whole
+OPEN_NODES = ("env",)
+
+
+def _check_added_keys(cfg: DictConfig, overrides: list[str]) -> None:
+    """A key that `+key=value` (or `++key=value`) adds to a node with a schema is read by no code, since
+    code reads a schema's fields only: a typo such as `+eval.episode=5` would be ignored in silence.
+    It is refused, naming the closest real key. Adding under `OPEN_NODES` or a free-form mapping, a
+    group option (`+experiment=...`) and Hydra's own keys stay allowed."""
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        if not (override.is_add() or override.is_force_add()) or key in CONFIG_GROUPS or "@" in key:
+            continue
+        if key.split(".")[0] == "hydra":
+            continue
+        node: Any = cfg
+        parts = key.split(".")
+        for depth, part in enumerate(parts):
+            schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+            if (
+                not (isinstance(schema, type) and is_dataclass(schema))
+                or ".".join(parts[:depth]) in OPEN_NODES
+            ):
+                break
+            names = [f.name for f in fields(schema)]
+            if part not in names:
+                raise ConfigError(_added_key_line(override, parts[: depth + 1], names))
+            node = node._get_node(part)
+
+
+def _added_key_line(override: Any, path: list[str], names: list[str]) -> str:
+    """`+eval.episode=5: eval has no key 'episode' and no code would read it; did you mean
+    eval.episodes=5? (valid keys under 'eval': ...)`."""
+    parent = ".".join(path[:-1])
+    owner = parent or "the config"
+    value = override.input_line.partition("=")[2]
+    guess = _did_you_mean(parent, path[-1], names, value)
+    return f"{override.input_line}: {owner} has no key '{path[-1]}' and no code would read it" + (
+        guess or f" ({_valid_line(parent, names)})"
+    )
+
+
+def _did_you_mean(parent: str, key: str, names: list[str], value: str | None = None) -> str:
+    """`; did you mean eval.episodes=5?` for the name of `names` closest to `key`, or ""."""
+    import difflib
+
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f"; did you mean {_join(parent, close[0])}{'' if value is None else '=' + value}?"
+
+
+def _valid_line(parent: str, names: list[str]) -> str:
+    where = f" under '{parent}'" if parent else ""
+    return f"valid keys{where}: {', '.join(sorted(names))}"
 
 
 def _check_bool_overrides(cfg: DictConfig, overrides: list[str]) -> None:
@@ -246,10 +305,7 @@ def _typed_line(exc: BaseException, prefix: str) -> str:
         valid = (
             sorted(f.name for f in fields(owner)) if isinstance(owner, type) and is_dataclass(owner) else []
         )
-        parent = key.rpartition(".")[0]
-        where = f" under '{parent}'" if parent else ""
-        hint = f"; valid keys{where}: {', '.join(valid)}" if valid else ""
-        return f"unknown config key '{key}'{hint} (use +{key}=... to add a new key)"
+        return _unknown_key_line(key, valid)
     invalid = _find(exc, (ValidationError,))
     if invalid is not None and invalid.full_key:
         return _validation_line(invalid, prefix)
@@ -297,18 +353,40 @@ def _one_line(exc: BaseException, overrides: list[str]) -> str:
     unknown = _find(exc, (ConfigKeyError, ConfigAttributeError))
     if match or (unknown is not None and unknown.full_key and "not in" in str(unknown)):
         key = match.group(1) if match else str(unknown.full_key)
-        parent = key.rpartition(".")[0]
-        valid = _valid_keys(parent, overrides)
-        where = f" under '{parent}'" if parent else ""
-        hint = f"; valid keys{where}: {', '.join(valid)}" if valid else ""
-        return f"unknown config key '{key}'{hint} (use +{key}=... to add a new key)"
+        return _unknown_key_line(key, _valid_keys(key.rpartition(".")[0], overrides))
     invalid = _find(exc, (ValidationError,))
     if invalid is not None and invalid.full_key:
         return _validation_line(invalid)
+    several = re.search(r"Ambiguous value for argument '(.+)'", text)
+    if several:  # a comma list (env=frozenlake,snake) is a sweep, which one run cannot be
+        return (
+            f"{several.group(1)}: several values make one job each: run them with agentrl sweep and the "
+            "same overrides (a list that is one value is written in brackets: key=[a,b])"
+        )
+    taken = re.search(r"An item is already at '([^']+)'", text)
+    if taken:  # `+key=value` for a key the config has
+        key = taken.group(1)
+        given = next((o for o in overrides if o.lstrip("+").partition("=")[0] == key), f"+{key}=...")
+        return f"{given}: {key} exists already; set it without the +: {given.lstrip('+')}"
     if isinstance(exc, MissingConfigException):
         return text.splitlines()[0]
     first = next((line for line in text.splitlines() if line.strip()), text)
     return first
+
+
+def _unknown_key_line(key: str, valid: list[str]) -> str:
+    """`unknown config key 'algo.iteration'; did you mean algo.iterations?; valid keys under 'algo': ...`;
+    a key under a group with no option chosen (`algo.iterations` without algo=) says so."""
+    parent, _, name = key.rpartition(".")
+    guess = _did_you_mean(parent, name, valid)
+    line = f"unknown config key '{key}'{guess}"
+    if valid and not guess:
+        line += f"; {_valid_line(parent, valid)}"
+    elif parent in TYPED_GROUPS:
+        line += f"; no {parent} is chosen: {parent}=<option> ({', '.join(group_options(parent))})"
+    if parent in OPEN_NODES:
+        line += f" (+{key}=... passes a new option to the {parent}'s constructor)"
+    return line
 
 
 def _find(exc: BaseException | None, kinds: tuple[type, ...]) -> Any:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+#: the width of `describe_config`'s text when none is given
+WIDTH = 100
 
-def describe_config(cfg: Any, overrides: list[str]) -> str:
+
+def describe_config(cfg: Any, overrides: list[str], width: int = WIDTH) -> str:
     """Help text for the group options named in `overrides` (the root keys when none is), one block per
-    option: each key (nested keys dotted), its type, its value in the YAML file, help, source, range."""
+    option: each key (nested keys dotted), its type, its value in the YAML file, help, source, range;
+    wrapped at word boundaries to `width` columns."""
     from omegaconf import OmegaConf
 
     from agentrl.config import CONF_DIR, CONFIG_GROUPS, AgentRLConfig, field_rows, typed
@@ -28,7 +32,7 @@ def describe_config(cfg: Any, overrides: list[str]) -> str:
             for r in field_rows(AgentRLConfig, OmegaConf.to_container(cfg, resolve=True))
             if r["type"] != "any"
         ]
-        blocks.append(_describe_block("root config (conf/config.yaml)", AgentRLConfig, rows, label))
+        blocks.append(_describe_block("root config (conf/config.yaml)", AgentRLConfig, rows, label, width))
     for key, option in selected:
         group = key.lstrip("+")
         if group == "experiment":
@@ -46,13 +50,13 @@ def describe_config(cfg: Any, overrides: list[str]) -> str:
                 row.update(key=dotted, value=OmegaConf.select(cfg, dotted))
                 rows.append(row)
             blocks.append(
-                _describe_block(f"experiment={option}: the keys this preset sets", None, rows, "value")
+                _describe_block(f"experiment={option}: the keys this preset sets", None, rows, "value", width)
             )
             continue
         node = cfg[group]
         cls = type(getattr(root, group))
         rows = field_rows(cls, OmegaConf.to_container(node, resolve=True))
-        blocks.append(_describe_block(f"{group}={option}", cls, rows, label))
+        blocks.append(_describe_block(f"{group}={option}", cls, rows, label, width))
     return "\n\n".join(blocks)
 
 
@@ -66,17 +70,26 @@ def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
     return keys
 
 
-def _describe_block(title: str, cls: Any, rows: list[dict[str, Any]], label: str) -> str:
+def _describe_block(title: str, cls: Any, rows: list[dict[str, Any]], label: str, width: int) -> str:
+    import textwrap
+
     from agentrl.config.base import show
+
+    def wrapped(text: str, indent: str, more: str) -> list[str]:
+        return textwrap.wrap(
+            text, max(width, 40), initial_indent=indent, subsequent_indent=more, break_on_hyphens=False
+        ) or [indent.rstrip()]
 
     doc = " ".join((cls.__doc__ or "").split("\n\n")[0].split()) if cls is not None else ""
     head = f"{title}  ({cls.__name__}) {doc}".rstrip() if cls is not None else title
-    lines = [head]
+    lines = wrapped(head, "", "  ")
     for row in rows:
         listed = "null" in str(row.get("allowed") or "")  # choices that hold None list it already
         optional = " or null" if row["type"].endswith("| None") and not listed else ""
         allowed = f"; must be {row['allowed']}{optional}" if row.get("allowed") else ""
         source = f"  [{row['source']}]" if row.get("source") else ""
-        lines.append(f"  {row['key']}: {row['type']}  ({label}: {show(row['value'])}){source}")
-        lines.append(f"      {row['help']}{allowed}")
+        lines += wrapped(
+            f"{row['key']}: {row['type']}  ({label}: {show(row['value'])}){source}", "  ", "      "
+        )
+        lines += wrapped(f"{row['help']}{allowed}", "      ", "      ")
     return "\n".join(lines)

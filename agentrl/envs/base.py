@@ -41,6 +41,9 @@ class TextEnv(gym.Env):
     #: agent extracts the text from its completion instead of matching an action name. Action indices
     #: still work (classic agents); what they mean is the env's choice (datascicoding: reference solutions).
     free_text_action: ClassVar[bool] = False
+    #: a free-text env's reward for an empty answer, which is what an agent submits when it has no usable
+    #: text (the LLM agent's prompt states it, with its invalid-answer penalty); None: not stated
+    empty_answer_reward: ClassVar[float | None] = None
 
     observation_space = gym.spaces.Text(max_length=8192, charset=TEXT_CHARSET)
 

@@ -150,6 +150,7 @@ class DataSciCodingEnv(TextEnv):
 
     name = "datascicoding"
     free_text_action = True
+    empty_answer_reward = ERROR_REWARD
 
     def __init__(
         self,

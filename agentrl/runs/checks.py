@@ -12,6 +12,8 @@ machine with or without CUDA or a library.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +21,17 @@ from typing import Any
 Machine = Callable[..., None]
 
 
+#: the device nodes through which Linux processes reach a GPU torch can use as CUDA: NVIDIA's driver,
+#: ROCm's, WSL2's and Jetson's
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg", "/dev/nvmap")
+
+
 def cuda_available() -> bool:
+    """Whether torch sees a CUDA (or ROCm) GPU. On Linux without any GPU device node it cannot, and the
+    answer comes without importing torch (1-2 s, which the checks before launch and --dry-run save)."""
+    if sys.platform.startswith("linux") and "torch" not in sys.modules:
+        if not any(os.path.exists(node) for node in GPU_DEVICE_NODES):
+            return False
     import torch
 
     return torch.cuda.is_available()

@@ -6,6 +6,9 @@ job's config is composed and checked here, so bad input fails with one line and 
 created. A single run's directory is then chosen and locked here too (agentrl/runs/rundir.py), before Hydra
 writes into it: a directory that already holds a run is never reused except by `resume`, and a second
 process aimed at a directory in use is refused. Every job records `status.json`.
+
+agentrl.distributed (and with it torch) is imported where a job starts, not with this module: the checks
+before launch and `--dry-run` do without torch's import time.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,7 +29,6 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from agentrl import distributed as dist
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.config import CONF_DIR, CONFIG_GROUPS, compose_config, split_sweep
 from agentrl.config.presets import preset_for_agent
@@ -46,6 +48,7 @@ from agentrl.runs.rundir import (
     override_key,
     override_value,
     quote,
+    shell_override,
     start_status,
     under,
 )
@@ -55,6 +58,7 @@ from agentrl.runs.trained import (
     trained_model,
     with_init_weights,
 )
+from agentrl.types import Episode
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +157,8 @@ def check_distributed(cfg: DictConfig) -> None:
     engine = str(OmegaConf.select(cfg, "distributed.name", default="none"))
     if cfg.task != "train" or engine == "none":
         return
+    from agentrl import distributed as dist
+
     if _processes(cfg) > 1:
         from agentrl.config import typed
 
@@ -260,6 +266,8 @@ def launch(
     to Hydra. `resume` (or a `resume=<dir>` override) continues a training run in its own directory.
     Returns (run_dir, metrics) for the jobs that ran in this process (the basic launcher); multirun
     callers read the sweep dir. A complete run asked for no more training returns [] untouched."""
+    from agentrl import distributed as dist
+
     global _LOCK
     overrides = list(overrides)
     if task == "train" and not multirun:
@@ -328,6 +336,8 @@ class BorrowedLock:
 def _claim(take: Any, *, resume: bool) -> RunLock | BorrowedLock | None:
     """`take()` the run directory's lock; under a launcher only process 0 takes it (or nobody, when the
     relaunching parent holds it) and every process learns the directory from it."""
+    from agentrl import distributed as dist
+
     if not dist.launched():
         return take()
     dist.ensure_process_group()
@@ -366,6 +376,7 @@ def _relaunch(
 
     import torch
 
+    from agentrl import distributed as dist
     from agentrl.config import typed
     from agentrl.trainers.settings import resolve_precision
 
@@ -509,7 +520,7 @@ def _say_complete(run: SavedRun) -> None:
     done = run.config.algo.get(key)
     console.print(
         f"run {run.root} is complete (algo.{key}={done}); nothing changed. To train further pass a larger "
-        f"algo.{key}; to evaluate it again: agentrl eval from_run={run.root}",
+        f"algo.{key}; to evaluate it again: agentrl eval {shell_override('from_run', run.root)}",
         markup=False,
         highlight=False,
     )
@@ -552,6 +563,8 @@ def _claim_new(overrides: list[str], attempts: int = 5) -> RunLock | None:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> None:
+    from agentrl import distributed as dist
+
     run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
     held = _LOCK if _LOCK is not None and _LOCK.path == run_dir else None
     try:
@@ -578,8 +591,9 @@ def _hydra_main(cfg: DictConfig) -> None:
                 log.error("job %s failed: %s", run_dir.name, exc, exc_info=not isinstance(exc, AgentRLError))
                 return
             if isinstance(exc, AgentRLError):
-                # Hydra would print a traceback; a user error is one line and a non-zero exit.
-                log.error("%s", exc)
+                # Hydra would print a traceback; a user error is one line and a non-zero exit, naming the
+                # run directory that now holds the failed run's status.json and log
+                log.error("%s (run directory: %s)", exc, run_dir)
                 raise SystemExit(exc.exit_code) from exc
             raise
         done = {"train_time_s": metrics["train_time_s"]} if "train_time_s" in metrics else {}
@@ -677,6 +691,7 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         raise
     written(metrics, episodes, wall_time_s=round(time.perf_counter() - start, 3))
     print_metrics(f"{cfg.env.name} / {info['agent']}", metrics)
+    print_reasons(episodes)
     return metrics
 
 
@@ -687,6 +702,7 @@ def run_train(cfg: DictConfig, run_dir: Path, resume: bool | None = None) -> dic
     runner is their only writer."""
     import importlib
 
+    from agentrl import distributed as dist
     from agentrl.envs import env_factory
     from agentrl.evaluation import write_eval
 
@@ -711,6 +727,7 @@ def run_train(cfg: DictConfig, run_dir: Path, resume: bool | None = None) -> dic
         **extra,
     )
     print_metrics(f"{cfg.env.name} / {cfg.algo.name}", result.metrics)
+    print_reasons(result.episodes)
     return {**result.metrics, **extra}
 
 
@@ -750,3 +767,29 @@ def print_metrics(title: str, metrics: dict[str, Any]) -> None:
     for key, value in metrics.items():
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)
+
+
+#: the most common reasons `print_reasons` lists
+REASONS_SHOWN = 3
+
+
+def print_reasons(episodes: Sequence[Episode]) -> None:
+    """Under the metrics: the reasons the env gave for its rewards, where it gives them (DataSciCoding's
+    -1: `no code was submitted`, `build_model raised ...`), the most common first, each with the steps'
+    reward (which includes an invalid answer's penalty)."""
+    from collections import Counter
+
+    from agentrl.console import console
+
+    counts = Counter((s.reward, s.reason) for e in episodes for s in e.steps if s.reason)
+    if not counts:
+        return
+    steps = sum(e.length for e in episodes)
+    lines = [f"the env's reasons ({sum(counts.values())} of {steps} steps; episodes.jsonl lists each):"]
+    lines += [
+        f"  {n} step{'s' if n > 1 else ''}, reward {reward:g}: {reason}"
+        for (reward, reason), n in counts.most_common(REASONS_SHOWN)
+    ]
+    if len(counts) > REASONS_SHOWN:
+        lines.append(f"  and {len(counts) - REASONS_SHOWN} other reasons")
+    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)

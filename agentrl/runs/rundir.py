@@ -4,7 +4,8 @@
   `outputs/<date>/<HH-MM-SS.mmm>-<id>_<name>`: milliseconds from `${run_time:}` and a random hex id from
   `${run_id:}` (both resolvers are registered here, cached per config like Hydra's `${now:}`), so two
   commands started in the same millisecond still get two directories. Sweep job directories carry an id
-  too (`<job>_<id>_<overrides>`).
+  too (`<job>_<id>_<overrides>`), the overrides made one path component by `${dir_name:...}` (a value
+  such as `agent.path=outputs/run` would otherwise nest the job's directory, or lead out of the sweep's).
 - Lock. `RunLock` takes an exclusive `flock` on `<run dir>/.lock`, which holds the owner's pid, host and
   start time. The kernel drops the lock when the process ends, however it ends (a crash, SIGKILL), so a
   lock file left behind never blocks anyone; a clean release also deletes the file.
@@ -39,6 +40,8 @@ STATES = ("running", "complete", "failed", "interrupted")
 #: files whose presence means a directory already holds a run
 RUN_MARKERS = (".hydra/config.yaml", STATUS_FILE, "eval.json", "metrics.jsonl")
 RUN_ID_HEX = 4  # 16 bits of randomness on top of the millisecond
+#: bytes of a sweep job's overrides kept in its directory name (a file name has at most 255)
+DIR_NAME_BYTES = 200
 
 
 def _now() -> datetime:
@@ -55,14 +58,24 @@ def run_time() -> str:
     return f"{now:%H-%M-%S}.{now.microsecond // 1000:03d}"
 
 
+def dir_name(text: str) -> str:
+    """`text` as one path component: path separators become `_`, and it is cut to `DIR_NAME_BYTES`
+    (the job's overrides are whole in its .hydra/overrides.yaml)."""
+    name = str(text).replace("/", "_").replace("\\", "_")
+    return name.encode()[:DIR_NAME_BYTES].decode(errors="ignore")
+
+
 def register_resolvers() -> None:
-    """`${run_time:}` and `${run_id:}` for the run-directory patterns of conf/config.yaml. Cached per
-    config, so every read of one job's `hydra.run.dir` gives the same path (idempotent)."""
+    """`${run_time:}` and `${run_id:}` for the run-directory patterns of conf/config.yaml, cached per
+    config so every read of one job's `hydra.run.dir` gives the same path, and `${dir_name:...}`
+    (idempotent)."""
     # the lambdas look the functions up when called, so a test can replace them
     if not OmegaConf.has_resolver("run_time"):
         OmegaConf.register_new_resolver("run_time", lambda: run_time(), use_cache=True)
     if not OmegaConf.has_resolver("run_id"):
         OmegaConf.register_new_resolver("run_id", lambda: new_run_id(), use_cache=True)
+    if not OmegaConf.has_resolver("dir_name"):
+        OmegaConf.register_new_resolver("dir_name", dir_name)
 
 
 register_resolvers()
@@ -261,7 +274,8 @@ def claim(path: Path, *, resume: bool = False, markers: tuple[str, ...] = RUN_MA
         lock.release()
         raise RunDirError(
             f"{lock.path} already holds a run ({marker}): choose another hydra.run.dir (or leave it out "
-            f"for a new one); a training run there continues with: agentrl train resume={lock.path}"
+            f"for a new one); a training run there continues with: agentrl train "
+            f"{shell_override('resume', lock.path)}"
         )
     return lock
 
@@ -415,6 +429,26 @@ def quote(value: Any) -> str:
     """A value as Hydra override text: a single-quoted string (paths may hold `=`, `,` or spaces)."""
     text = str(value).replace("\\", "\\\\").replace("'", "\\'")
     return f"'{text}'"
+
+
+def shell_override(key: str, value: Any) -> str:
+    """`key=value` as one word of a command a user can paste into a shell: Hydra-quoted where Hydra would
+    read the value otherwise (a `,` makes a sweep), shell-quoted where the shell would split or expand it
+    (`'resume=/runs/my run'`)."""
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    text = f"{key}={value}"
+    try:
+        plain = OverridesParser.create().parse_override(text).value() == str(value)
+    except Exception:  # noqa: BLE001 - Hydra's parser refuses it: quote it
+        plain = False
+    if not plain:
+        text = f"{key}={quote(value)}"
+    if "'" in text and not any(c in text for c in '"$`\\!'):
+        return f'"{text}"'  # reads better than shlex's '"'"'
+    return shlex.quote(text)
 
 
 __all__ = [

@@ -85,9 +85,44 @@ def preset_sets_algo(overrides: list[str]) -> bool:
     return False
 
 
-def print_summary(sweep_dir: Path) -> int:
-    """The sweep's table, one row per job (a job without eval.json shows its status and reason);
-    returns how many jobs did not complete."""
+def _sweep_jobs(sweep_dir: Path) -> list[Path]:
+    """The job directories of a sweep (each holds Hydra's .hydra/), in job order."""
+    jobs = [p for p in Path(sweep_dir).iterdir() if p.is_dir() and (p / ".hydra").is_dir()]
+    return sorted(jobs, key=lambda job: int(_job_number(job)) if _job_number(job).isdigit() else -1)
+
+
+def _job_number(job: Path) -> str:
+    """The job's number, which starts its directory's name (`3_1a2b_env=snake,...`)."""
+    return job.name.partition("_")[0]
+
+
+def _job_overrides(job: Path) -> list[str]:
+    """The job's own overrides (.hydra/overrides.yaml): whole, unlike its directory's name."""
+    from omegaconf import OmegaConf
+
+    try:
+        return [str(o) for o in OmegaConf.load(job / ".hydra" / "overrides.yaml")]
+    except Exception:  # noqa: BLE001 - a job that wrote none is labelled by its number alone
+        return []
+
+
+def _job_identity(job: Path) -> tuple[str, str, str]:
+    """env, agent (the algo of a training job) and seed from the job's .hydra/config.yaml."""
+    from omegaconf import OmegaConf
+
+    try:
+        cfg = OmegaConf.load(job / ".hydra" / "config.yaml")
+    except Exception:  # noqa: BLE001 - a job that wrote no config: its row shows the number and state only
+        return "", "", ""
+    algo = OmegaConf.select(cfg, "algo.name") if cfg.get("task") == "train" else None
+    agent = algo or OmegaConf.select(cfg, "agent.name")
+    return str(OmegaConf.select(cfg, "env.name") or ""), str(agent or ""), str(cfg.get("seed", ""))
+
+
+def print_summary(sweep_dir: Path, expected: int | None = None) -> int:
+    """The sweep's table, one row per job, then one line per job that did not complete, saying why (its
+    status.json's reason; in the table a reason would widen its column over every other). Returns how
+    many jobs did not complete, counting the `expected` jobs that left no directory."""
     import json
 
     from rich.markup import escape
@@ -95,42 +130,58 @@ def print_summary(sweep_dir: Path) -> int:
 
     from agentrl.runs.rundir import effective_status, read_status
 
-    # A job is labelled by its number and the overrides that set it apart from the other jobs (its
-    # directory's name holds all of them) beyond env, agent and seed, as words the table can wrap.
+    # A job is labelled by its number and the overrides that set it apart from the other jobs beyond
+    # env, agent and seed, as words the table can wrap.
     table = Table(title=f"sweep {sweep_dir}")
     table.add_column("job", overflow="fold")
     for col in ("env", "agent", "seed", "success", "return ± stderr", "length", "invalid"):
         table.add_column(col, no_wrap=col != "return ± stderr")  # the job column gives way first
-    jobs = sorted(
-        (p for p in sweep_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()),
-        key=lambda p: int(p.name.split("_", 1)[0]) if p.name.split("_", 1)[0].isdigit() else 0,
-    )
-    settings = {job: job.name.partition("_")[2].partition("_")[2].split(",") for job in jobs}
+    jobs = _sweep_jobs(sweep_dir)
+    settings = {job: _job_overrides(job) for job in jobs}
     shared = set.intersection(*(set(s) for s in settings.values())) if len(jobs) > 1 else set()
-    failed = 0
+    problems: list[str] = []
     for job in jobs:
-        shown = ("env", "agent", "seed")  # columns of their own
-        own = " ".join(o for o in settings[job] if o not in shared and o.partition("=")[0] not in shown)
-        label = f"{job.name.partition('_')[0]} {own}".strip()
+        shown = ("task", "env", "agent", "seed")  # the task is the sweep's; the others have columns
+        own = " ".join(
+            o for o in settings[job] if o not in shared and o.partition("=")[0].lstrip("+~") not in shown
+        )
+        number = _job_number(job)
+        label = f"{number} {own}".strip()
         try:
             m = json.loads((job / "eval.json").read_text())
         except (OSError, ValueError):
-            failed += 1
             state = effective_status(job) or "no eval.json"
             reason = (read_status(job) or {}).get("reason", "") if state != "no eval.json" else ""
-            cell = escape(f"{state}: {reason}" if reason else state)
-            table.add_row(escape(label), f"[red]{cell}[/red]", "", "", "", "", "", "")
+            problems.append(f"job {number} {state}" + (f": {reason}" if reason else ""))
+            env, agent, seed = _job_identity(job)
+            table.add_row(escape(label), env, agent, seed, f"[red]{escape(state)}[/red]", "", "", "")
             continue
         table.add_row(
             escape(label),
             str(m.get("env")),
             str(m.get("agent")),
             str(m.get("seed")),
-            f"{m['success_rate']:.2f}",
-            f"{m['mean_return']:.3f} ± {m['return_stderr']:.3f}",
-            f"{m['mean_length']:.1f}",
-            f"{m['invalid_rate']:.2f}",
+            _number(m.get("success_rate"), ".2f"),
+            f"{_number(m.get('mean_return'), '.3f')} ± {_number(m.get('return_stderr'), '.3f')}",
+            _number(m.get("mean_length"), ".1f"),
+            _number(m.get("invalid_rate"), ".2f"),
         )
     console.print(table, soft_wrap=False)
-    console.print(f"[bold]sweep directory:[/bold] {sweep_dir}")
-    return failed
+    for problem in problems:
+        console.print(problem, style="red", markup=False, highlight=False, soft_wrap=True)
+    missing = max(0, (expected or 0) - len(jobs))
+    if missing:
+        console.print(
+            f"{missing} of {expected} jobs left no directory under {sweep_dir} (see the log above)",
+            style="red",
+            markup=False,
+            highlight=False,
+        )
+    console.print(f"[bold]sweep directory:[/bold] {escape(str(sweep_dir))}")
+    return len(problems) + missing
+
+
+def _number(value: object, spec: str) -> str:
+    """A metric as the table shows it: `-` where eval.json has none (an eval stopped before its first
+    episode)."""
+    return format(value, spec) if isinstance(value, int | float) else "-"

@@ -38,6 +38,7 @@ import numpy as np
 from agentrl.agents.dqn import FINAL_MODEL, DQNAgent
 from agentrl.envs.base import NumericObservation
 from agentrl.errors import ConfigError
+from agentrl.runs.rundir import shell_override
 from agentrl.runs.runlog import (
     atomic_dir,
     atomic_file,
@@ -326,7 +327,7 @@ def train_dqn(cfg: Any, run_dir: Path, env_factory: EnvFactory, resume: bool = F
                     raise TrainingInterrupted(
                         stop.received,
                         f"stopped by {signal_name(stop.received)} at step {steps}: checkpoint-{steps}.zip"
-                        f" is saved; continue with: agentrl train resume={run_dir}",
+                        f" is saved; continue with: agentrl train {shell_override('resume', run_dir)}",
                     )
         finally:
             metrics.close()

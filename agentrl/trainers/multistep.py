@@ -42,6 +42,7 @@ from agentrl import distributed as dist
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.console import set_torch_threads
 from agentrl.errors import ConfigError
+from agentrl.runs.rundir import shell_override
 from agentrl.runs.runlog import MetricsLog, newest_valid_checkpoint, progress
 from agentrl.trainers.actor_critic import ActorCritic
 from agentrl.trainers.callbacks import (
@@ -462,5 +463,5 @@ def _save_on_stop(
     return TrainingInterrupted(
         signum,
         f"stopped by {name} after iteration {step}: checkpoint-{step} is saved;"
-        f" continue with: agentrl train resume={run_dir}",
+        f" continue with: agentrl train {shell_override('resume', run_dir)}",
     )

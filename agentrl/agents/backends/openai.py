@@ -20,6 +20,52 @@ log = logging.getLogger(__name__)
 
 RETRY_WAIT_S = 0.5
 RETRY_WAIT_MAX_S = 8.0
+#: seconds the check before a run waits for the endpoint's model list (at most model.timeout)
+ENDPOINT_CHECK_TIMEOUT_S = 5.0
+#: served model names an error line shows
+NAMES_SHOWN = 8
+
+
+def check_endpoint(
+    base_url: str, model: str, *, api_key_env: str | None = "OPENAI_API_KEY", timeout: float = 120.0
+) -> None:
+    """The endpoint answers and serves `model`, checked before a run starts: one GET of the model list
+    (`<base_url>/models`, which OpenAI, vLLM, TGI, llama.cpp and Ollama serve). An unreachable host, a
+    refused connection, no answer in time or an HTTP error (401: the key) is one BackendError line, and
+    so is a model list without `model`. A server without the list (HTTP 404) passes: it answered."""
+    url = base_url.rstrip("/") + "/models"
+    headers = {}
+    key = os.environ.get(api_key_env) if api_key_env else None
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    wait = min(float(timeout), ENDPOINT_CHECK_TIMEOUT_S)
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=wait) as response:
+            listing = json.loads(response.read().decode())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            log.debug("openai backend: %s answers 404; the served models are not checked", url)
+            return
+        hint = f" (is ${api_key_env} the endpoint's key?)" if exc.code in (401, 403) and api_key_env else ""
+        raise BackendError(f"model.base_url={base_url}: GET {url} answered HTTP {exc.code}{hint}") from exc
+    except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
+        reason = _connection_reason(exc, wait).replace("model.timeout=", "")
+        raise BackendError(
+            f"model.base_url={base_url}: the endpoint cannot be reached ({reason}); start the server or "
+            "fix model.base_url"
+        ) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return  # it answered with something else than OpenAI's list: requests will tell
+    served = (
+        [str(m.get("id")) for m in listing.get("data", []) if isinstance(m, dict)]
+        if isinstance(listing, dict)
+        else []
+    )
+    if served and model not in served:
+        shown = ", ".join(served[:NAMES_SHOWN]) + (
+            f" ... ({len(served)} in all)" if len(served) > NAMES_SHOWN else ""
+        )
+        raise BackendError(f"model.name={model}: {base_url} does not serve it; it serves {shown}")
 
 
 # ---- OpenAI-compatible HTTP ------------------------------------------------------------------------
