@@ -73,6 +73,7 @@ HELP_GROUPS = {
     "sweep": ("env", "agent", "model", "algo", "experiment"),
     "config": ("env", "agent", "model", "algo", "experiment"),
     "play": ("env",),
+    "serve": ("env", "agent"),
 }
 
 
@@ -607,6 +608,79 @@ def config(
         console.print(format_prompt_preview(cfg), markup=False, highlight=False)
         console.rule("answer mode")
         console.print(describe_interface(cfg), markup=False, highlight=False)
+
+
+@app.command(
+    cls=_Command,
+    epilog=_examples(
+        (
+            "agentrl push outputs/2026-12-01/10-00-00.000-1a2b_train_frozenlake me/smollm2-frozenlake",
+            "final/ and its model card to a Hub model repository",
+        ),
+        ("agentrl push RUN me/private-model --private", "a private repository"),
+    ),
+)
+@_errors_to_exit
+def push(
+    run: Annotated[Path, typer.Argument(help="A training run directory (its final/ is uploaded)")],
+    repo_id: Annotated[
+        str, typer.Argument(help="The Hub model repository, e.g. user/name (created if needed)")
+    ],
+    private: Annotated[bool, typer.Option("--private", help="Create the repository private")] = False,
+) -> None:
+    """Upload a trained run's final/ model with its model card to the Hugging Face Hub.
+
+    The card (final/README.md: base model, algorithm, env, eval before and after, command, config) is
+    written afresh first. Needs a Hub token (huggingface-cli login or HF_TOKEN) and network access."""
+    from agentrl.runs.card import push as push_run
+
+    setup_logging()
+    url = push_run(run, repo_id, private=private)
+    console.print(f"pushed {run / 'final'} to {url}", highlight=False)
+
+
+@app.command(
+    cls=_groups_help("serve"),
+    epilog=_examples(
+        ("agentrl serve env=frozenlake", "Frozen Lake on http://127.0.0.1:8000 (OpenEnv protocol)"),
+        ("agentrl serve env=snake env.size=8 --port 9000", "a variant, on another port"),
+        ("agentrl serve env=tictactoe --host 0.0.0.0", "reachable from other machines"),
+        ("agentrl eval env=openenv env.url=http://127.0.0.1:8000 agent=random", "play it from agentrl"),
+    ),
+)
+@_errors_to_exit
+def serve(
+    overrides: Overrides = None,
+    host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: a free port, printed)")] = 8000,
+    max_sessions: Annotated[int, typer.Option(help="Clients served at once, one env each")] = 256,
+    idle_timeout: Annotated[
+        float, typer.Option(help="Seconds after which an idle session is closed (0: never)")
+    ] = 600.0,
+) -> None:
+    """Serve an environment as an OpenEnv environment server (pip install 'agentrl[openenv]').
+
+    Each client (TRL's environment_factory, OpenEnv's clients, agentrl's env=openenv) gets a session
+    with its own env; observations carry the text and the valid actions, an action is an action name
+    or the agent's answer in the agent.* answer format. Ctrl-C stops it."""
+    from agentrl.runs.serve import serve as run_server
+
+    setup_logging()
+
+    def ready(url: str) -> None:
+        console.print(f"serving {' '.join(overrides or []) or 'env=frozenlake'} on {url} (Ctrl-C stops)")
+
+    try:
+        run_server(
+            _overrides(overrides),
+            host=host,
+            port=port,
+            max_sessions=max_sessions,
+            idle_timeout_s=idle_timeout or None,
+            ready=ready,
+        )
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
 
 
 def main() -> None:

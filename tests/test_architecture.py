@@ -17,7 +17,8 @@ RANKS = {
     "agentrl.runs.runlog": 0,
     "agentrl.config": 0,
     "agentrl.runs.rundir": 0,
-    "agentrl.runs.checks": 0,  # what the layers' checks before launch share (CUDA, installed libraries)  # run directories, locks, status.json: read by the runner and by report
+    "agentrl.runs.checks": 0,
+    "agentrl.runs.trackers": 0,  # report_to: MetricsLog mirrors its rows to the run's trackers  # what the layers' checks before launch share (CUDA, installed libraries)  # run directories, locks, status.json: read by the runner and by report
     "agentrl.sandbox": 1,  # the OS boundary for model-written code (DataSciCoding runs through it)
     "agentrl.envs": 1,
     "agentrl.kernels": 1,  # compute paths that agents/ and trainers/ both use
@@ -28,10 +29,12 @@ RANKS = {
     "agentrl.algos": 4,
     "agentrl.trainers": 5,
     "agentrl.report": 5,
-    "agentrl.runs.trained": 5,  # runs as models: from_run (evaluate one) and init_from (train from one)
+    "agentrl.runs.trained": 5,
+    "agentrl.runs.card": 5,  # model cards of a trained run's weights, and push to the Hub  # runs as models: from_run (evaluate one) and init_from (train from one)
     "agentrl.runs.launch": 6,
     "agentrl.runs.plan": 6,  # the --dry-run summary of a run.dry_run plan
-    "agentrl.runs.sweep": 6,  # what `agentrl sweep` decides before and after the multirun
+    "agentrl.runs.sweep": 6,
+    "agentrl.runs.serve": 6,  # agentrl serve: an env behind openenv's server, answers read by the agent interface  # what `agentrl sweep` decides before and after the multirun
     "agentrl.cli": 7,
     "agentrl.__main__": 8,
 }

@@ -188,3 +188,35 @@ class KitchenConfig(EnvSchema):
         "valid actions of a state: all (every action, always) | feasible (those that do something there)",
         choices=("all", "feasible"),
     )
+
+
+@dataclass
+class OpenEnvConfig(EnvSchema):
+    """Any OpenEnv server as an env (conf/env/openenv.yaml; agentrl/envs/openenv.py)."""
+
+    name: str = setting("openenv", "env registry name", choices=("openenv",))
+    url: str | None = setting(
+        None, "the OpenEnv server, e.g. http://127.0.0.1:8000 (agentrl serve env=<name> --port 8000)"
+    )
+    max_steps: int = setting(
+        100, "move cap (truncation); an agentrl server's own cap applies when it is smaller", ge=1
+    )
+    text_key: str | None = setting(
+        None, "the observation field holding the text; null: text or prompt, else every field as key: value"
+    )
+    actions_key: str | None = setting(
+        None,
+        "the observation field listing the valid actions; null: valid_actions, legal_actions, legal_moves, "
+        "available_actions or actions, else the action schema's enum, else free text",
+    )
+    action_key: str | None = setting(
+        None, "the action field the answer is sent in; null: action, else the schema's one required field"
+    )
+    instructions: str | None = setting(
+        None, "the task text shown as the system message; null: the server's, else its metadata description"
+    )
+    success_key: str = setting(
+        "success", "the observation field that says an episode succeeded; without it: a positive last reward"
+    )
+    connect_timeout_s: float = setting(10.0, "seconds to open a session", gt=0)
+    message_timeout_s: float = setting(60.0, "seconds to wait for a reset or step answer", gt=0)

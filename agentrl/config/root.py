@@ -59,6 +59,11 @@ class AgentRLConfig(Schema):
         "eval from_run: evaluate the trained model on this env option instead of the run's own (zero-shot "
         "transfer); the run's model and agent settings stay, its env settings and preset are dropped",
     )
+    report_to: Any = setting(
+        "tensorboard",
+        "train: the experiment trackers metrics go to besides metrics.jsonl: tensorboard (run_dir/tb/), wandb, "
+        "mlflow, trackio, a list of them ([wandb,tensorboard]) or none",
+    )
     eval: EvalConfig = setting(factory=EvalConfig, help="held-out evaluation settings")
     env: Any = setting(None, "the environment (env=<option>, conf/env/)")
     agent: Any = setting(None, "who acts in eval (agent=<option>, conf/agent/)")
@@ -69,6 +74,9 @@ class AgentRLConfig(Schema):
     )
 
     def check(self, prefix: str) -> None:
+        from agentrl.runs.trackers import selected
+
+        selected(self.report_to)  # an unknown tracker: one line naming the valid choices
         # the name ends the run directory's name: a separator would nest it, `..` would leave outputs/
         if "/" in self.name or "\\" in self.name or self.name in ("", ".", ".."):
             self.fail(prefix, "name", "names one directory: use no / or \\ (e.g. name=a_b)")

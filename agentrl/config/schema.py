@@ -31,6 +31,7 @@ from agentrl.config.env import (
     DataSciCodingConfig,
     FrozenLakeConfig,
     KitchenConfig,
+    OpenEnvConfig,
     SnakeConfig,
     TicTacToeConfig,
 )
@@ -47,6 +48,7 @@ SCHEMAS: dict[str, dict[str, type[Schema]]] = {
         "tictactoe": TicTacToeConfig,
         "datascicoding": DataSciCodingConfig,
         "kitchen": KitchenConfig,
+        "openenv": OpenEnvConfig,
     },
     "agent": {
         "llm": LLMAgentConfig,
@@ -80,6 +82,7 @@ def schema_name(cls: type[Schema]) -> str:
         TicTacToeConfig: "tictactoe",
         DataSciCodingConfig: "datascicoding",
         KitchenConfig: "kitchen",
+        OpenEnvConfig: "openenv",
         LLMAgentConfig: "llm",
         RandomAgentConfig: "random",
         PlannerAgentConfig: "planner",

@@ -80,6 +80,13 @@ ENV_SPECS: dict[str, EnvSpec] = {
             {},
             "Kitchen: make a salad with multi-word actions (POAD's Overcooked tasks; +0.2 subtasks, +1 serve)",
         ),
+        EnvSpec(
+            "openenv",
+            "agentrl/OpenEnv-v0",
+            "agentrl.envs.openenv:OpenEnvEnv",
+            {},
+            "Any OpenEnv server (env.url=http://host:port), e.g. an agentrl env served by agentrl serve",
+        ),
     ]
 }
 

@@ -33,7 +33,7 @@ from agentrl.algos import LLM_ALGORITHMS
 from agentrl.config import CONF_DIR, CONFIG_GROUPS, compose_config, split_sweep
 from agentrl.config.presets import preset_for_agent
 from agentrl.errors import AgentRLError, ConfigError, RunDirError, TrainingInterrupted
-from agentrl.runs import checks
+from agentrl.runs import checks, trackers
 from agentrl.runs.checks import Machine
 from agentrl.runs.rundir import (
     STATUS_FILE,
@@ -83,6 +83,7 @@ PRELAUNCH_CHECKS = (
     "agentrl.models",  # the weights a training run loads
     "agentrl.trainers",  # what a trainer needs of the env (SFT's demonstrator)
     "agentrl.runs.trained",  # a run to train from (init_from=)
+    "agentrl.runs.trackers",  # the experiment trackers report_to names are installed
 )
 
 
@@ -710,22 +711,28 @@ def run_train(cfg: DictConfig, run_dir: Path, resume: bool | None = None) -> dic
     train = getattr(importlib.import_module(module), fn)
     if resume is None:
         resume = cfg.get("resume") is not None
-    result = train(with_init_weights(cfg), run_dir, env_factory, resume=resume)
-    extra = dict(result.extra)
-    if not dist.is_main():  # of several processes, the first writes the results
-        return {**result.metrics, **extra}
-    if resume and "train_time_s" in extra:
-        # A trainer times the part it ran (or, DQN, since its checkpoint); metrics.jsonl's time_s runs on
-        # across parts, so the larger of the two is the training time of the whole run.
-        extra["train_time_s"] = round(max(float(extra["train_time_s"]), last_metrics_time(run_dir)), 3)
-    write_eval(
-        run_dir,
-        result.metrics,
-        result.episodes,
-        transcripts=cfg.eval.transcripts,
-        **describe(cfg),
-        **extra,
-    )
+    with trackers.tracking(cfg, run_dir, resume=resume, enabled=dist.is_main()) as tracked:
+        result = train(with_init_weights(cfg), run_dir, env_factory, resume=resume)
+        extra = dict(result.extra)
+        if not dist.is_main():  # of several processes, the first writes the results
+            return {**result.metrics, **extra}
+        if resume and "train_time_s" in extra:
+            # A trainer times the part it ran (or, DQN, since its checkpoint); metrics.jsonl's time_s runs on
+            # across parts, so the larger of the two is the training time of the whole run.
+            extra["train_time_s"] = round(max(float(extra["train_time_s"]), last_metrics_time(run_dir)), 3)
+        write_eval(
+            run_dir,
+            result.metrics,
+            result.episodes,
+            transcripts=cfg.eval.transcripts,
+            **describe(cfg),
+            **extra,
+        )
+        if tracked is not None:
+            if not resume and isinstance(extra.get("before"), dict):  # a resumed run logged it already
+                tracked.log_eval("before", 0, extra["before"])
+            tracked.log_eval("final", tracked.last_step, result.metrics)
+    write_model_cards(run_dir)
     print_metrics(f"{cfg.env.name} / {cfg.algo.name}", result.metrics)
     print_reasons(result.episodes)
     return {**result.metrics, **extra}
@@ -754,6 +761,20 @@ def describe(cfg: DictConfig) -> dict[str, Any]:
         info["algo"] = cfg.algo.name
     info["created"] = datetime.now().isoformat(timespec="seconds")
     return info
+
+
+def write_model_cards(run_dir: Path) -> None:
+    """The model cards of final/ and the checkpoints (agentrl/runs/card.py). A card that cannot be written
+    leaves the run's results as they are: `agentrl push` writes it again."""
+    from agentrl.runs.card import write_cards
+
+    try:
+        written = write_cards(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the weights and results are saved; only the card is missing
+        log.warning("model card not written: %s", exc, exc_info=True)
+        return
+    if written:
+        log.info("model cards: %s", ", ".join(str(p.relative_to(run_dir)) for p in written))
 
 
 def print_metrics(title: str, metrics: dict[str, Any]) -> None:

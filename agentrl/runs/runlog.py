@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentrl.runs import trackers
+
 log = logging.getLogger(__name__)
 
 
@@ -30,7 +32,8 @@ def _jsonable(value: Any) -> Any:
 
 class MetricsLog:
     """Appends one JSON object per iteration to run_dir/metrics.jsonl (flushed at once) and mirrors
-    the numeric values to TensorBoard under run_dir/tb/. On resume, steps already logged are skipped,
+    the numeric values to TensorBoard under run_dir/tb/ (unless the run's `report_to` leaves it out) and
+    to the run's other trackers (agentrl/runs/trackers.py). On resume, steps already logged are skipped,
     so a resumed run never duplicates an iteration."""
 
     def __init__(self, run_dir: Path, resume: bool = False, tensorboard: bool = True):
@@ -45,7 +48,7 @@ class MetricsLog:
         self._start = time.perf_counter()
         self._file = self.path.open("a", encoding="utf-8")
         self._tb = None
-        if tensorboard:
+        if tensorboard and trackers.tensorboard_on():
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -85,6 +88,9 @@ class MetricsLog:
                 if key != "iteration" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._tb.add_scalar(key, value, step)
             self._tb.flush()
+        tracked = trackers.active()
+        if tracked is not None:
+            tracked.log(step, row)
 
     def close(self) -> None:
         self._file.close()
