@@ -36,11 +36,15 @@ ALGORITHMS = {
     "sft": "SFT (supervised fine-tuning on demonstrations)",
     "dqn": "DQN (Stable-Baselines3)",
 }
-#: the hub ids of the builtin models (agentrl/models.py)
+#: the hub ids of the builtin models (agentrl/models.py), and what the others are
 BUILTIN_BASES = {"builtin:smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+BUILTIN_NAMES = {
+    "builtin:tiny-random": "agentrl's tiny random test model (random weights, SmolLM2's tokenizer)"
+}
 #: the licenses of the models the presets name (their Hub cards), for machines that cannot read the Hub
 KNOWN_LICENSES: dict[str, dict[str, str]] = {
     "HuggingFaceTB/SmolLM2-135M-Instruct": {"license": "apache-2.0"},
+    "builtin:tiny-random": {"license": "apache-2.0"},  # its only pretrained part is SmolLM2's tokenizer
     "Qwen/Qwen2.5-0.5B-Instruct": {"license": "apache-2.0"},
     "Qwen/Qwen2.5-7B-Instruct": {"license": "apache-2.0"},
     "Qwen/Qwen2.5-3B-Instruct": {
@@ -91,10 +95,10 @@ def base_model(cfg: Any) -> str | None:
 def license_of(base: str | None, cfg: Any) -> dict[str, str]:
     """The base model's license metadata: the presets' known licenses, else the license a local model's
     own README.md declares, else unknown."""
-    if base in KNOWN_LICENSES:
-        return dict(KNOWN_LICENSES[base])
-    source = Path(str(OmegaConf.select(cfg, "model.name_or_path", default="") or "")).expanduser()
-    readme = source / CARD
+    source = str(OmegaConf.select(cfg, "model.name_or_path", default="") or "")
+    if (base or source) in KNOWN_LICENSES:
+        return dict(KNOWN_LICENSES[base or source])
+    readme = Path(source).expanduser() / CARD
     if readme.is_file():
         with contextlib.suppress(Exception):
             from huggingface_hub import ModelCard
@@ -200,6 +204,7 @@ def card_text(run_dir: Path, target: Path) -> str:
         **license_meta,
     )
     model_source = str(OmegaConf.select(cfg, "model.name_or_path", default="") or "")
+    model_source = BUILTIN_NAMES.get(model_source, model_source)
     checkpoint = target.name != "final"
     title = f"{run.root.name}{f' ({target.name})' if checkpoint else ''}"
     lines = [
@@ -256,7 +261,12 @@ def card_text(run_dir: Path, target: Path) -> str:
             f"- {'iteration ' + str(iteration) + ' of ' if checkpoint else ''}{iterations} iterations"
         )
     if results.get("train_time_s") is not None:
-        lines.append(f"- training time: {float(results['train_time_s']) / 60:.1f} minutes")
+        seconds = float(results["train_time_s"])
+        lines.append(
+            f"- training time: {seconds / 60:.1f} minutes"
+            if seconds >= 60
+            else f"- training time: {seconds:.0f} s"
+        )
     lines.append(f"- machine: {machine()}")
     lines += ["- command:", "", "```bash", command(run.root), "```", ""]
     prompt = first_prompt(run.root)

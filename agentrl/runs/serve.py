@@ -309,7 +309,26 @@ def build_app(
     )
     app = FastAPI(title=f"agentrl {served.env_name} (OpenEnv)", description=served.description)
     http.register_routes(app)
-    return app, http
+    return QuietDisconnects(app), http
+
+
+class QuietDisconnects:
+    """The app, less the traceback a client that vanishes mid-session leaves: openenv closes that
+    session (and its env) first, then its reply to the gone socket raises WebSocketDisconnect, which
+    uvicorn would log as a server error."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from starlette.websockets import WebSocketDisconnect
+
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            if scope.get("type") != "websocket":
+                raise
+            log.info("a client went away without closing its session; its env is closed")
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

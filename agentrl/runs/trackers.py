@@ -270,6 +270,7 @@ def tracking(
         yield None
         return
     run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
     ids_path = run_dir / IDS_FILE
     ids = json.loads(ids_path.read_text(encoding="utf-8")) if resume and ids_path.is_file() else {}
     config = OmegaConf.to_container(cfg, resolve=True)
