@@ -11,7 +11,7 @@ the last iteration. One writer for every series keeps one name per number and th
 trainer (DQN has no TRL trainer); TRL's and transformers' own reporting stays off (`report_to="none"`
 in their configs), so nothing is written twice.
 
-Where each tracker writes (docs/training.md, "Experiment trackers"):
+Where each tracker writes (docs/sharing.md):
 - wandb: project $WANDB_PROJECT (default agentrl), files under run_dir/wandb/; WANDB_MODE=offline keeps it
   on this machine (sync later with `wandb sync`);
 - mlflow: $MLFLOW_TRACKING_URI when set, else a file store in run_dir/mlruns/ (MLflow 3 wants
