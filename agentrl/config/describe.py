@@ -30,7 +30,8 @@ def describe_config(cfg: Any, overrides: list[str], width: int = WIDTH) -> str:
         rows = [
             r
             for r in field_rows(AgentRLConfig, OmegaConf.to_container(cfg, resolve=True))
-            if r["key"] not in CONFIG_GROUPS  # the groups' own keys: agentrl config <group>=<option> --describe
+            if r["key"]
+            not in CONFIG_GROUPS  # the groups' own keys: agentrl config <group>=<option> --describe
         ]
         blocks.append(_describe_block("root config (conf/config.yaml)", AgentRLConfig, rows, label, width))
     for key, option in selected:

@@ -103,7 +103,7 @@ def _action_field(schema: dict[str, Any], given: str | None) -> str:
 
 class OpenEnvEnv(TextEnv):
     """A remote OpenEnv environment (module docstring). Each env object holds one WebSocket session,
-    opened at its first reset and closed by `close`."""
+    opened when it is built (a first reset there tells what the server sends) and closed by `close`."""
 
     name: ClassVar[str] = "openenv"
 
@@ -133,14 +133,31 @@ class OpenEnvEnv(TextEnv):
         self._last: dict[str, Any] = {}
         self._valid: list[str] = []
         self._values: dict[str, Any] = {}  # action name -> the value the server takes for it
-        self._return = 0.0
         schema = action_schema(self.url, self._timeouts[0])
         self._action_key = _action_field(schema, action_key)
         field = _field_schema(schema, self._action_key)
         self._int_actions = field.get("type") == "integer"
         self._schema_names = [str(v) for v in field.get("enum", [])]
-        # one reset tells what the server sends: the action names, the instructions, free text or not
-        first = self._open().reset(seed=0)
+        try:
+            observation = self._layout(field)
+        except Exception:
+            self.close()
+            raise
+        self._instructions = instructions if instructions is not None else observation.get("instructions")
+        if self._instructions is None:
+            self._instructions = self._metadata_description()
+        served_cap = observation.get("max_steps") if self._agentrl else None
+        self.max_steps = min(int(max_steps), int(served_cap)) if served_cap else int(max_steps)
+        self.reset_option_names = tuple(observation.get("reset_options", ()))
+        super().__init__(render_mode=render_mode)
+
+    def _layout(self, field: dict[str, Any]) -> dict[str, Any]:
+        """One reset tells what the server sends: the action names, free text or not (and an agentrl
+        server's instructions and cap); returns its observation."""
+        try:
+            first = self._open().reset(seed=0)
+        except RuntimeError as exc:  # the server's own error reply
+            raise ConfigError(f"env=openenv: the server at {self.url} failed a reset: {exc}") from exc
         observation = dict(first.observation or {})
         self._agentrl = AGENTRL_KEYS <= set(observation)
         self.action_names = [str(n) for n in observation.get("action_names", [])] if self._agentrl else []
@@ -155,13 +172,7 @@ class OpenEnvEnv(TextEnv):
                 f"env=openenv: the action field {self._action_key!r} of {self.url} takes "
                 f"{field.get('type', 'an object')}, not an action name; name another with env.action_key"
             )
-        self._instructions = instructions if instructions is not None else observation.get("instructions")
-        if self._instructions is None:
-            self._instructions = self._metadata_description()
-        served_cap = observation.get("max_steps") if self._agentrl else None
-        self.max_steps = min(int(max_steps), int(served_cap)) if served_cap else int(max_steps)
-        self.reset_option_names = tuple(observation.get("reset_options", ()))
-        super().__init__(render_mode=render_mode)
+        return observation
 
     @staticmethod
     def _string_field(field: dict[str, Any]) -> bool:
@@ -249,7 +260,7 @@ class OpenEnvEnv(TextEnv):
         result = self._open().reset(**kwargs)
         self._last = dict(result.observation or {})
         self._learn_actions(self._last)
-        self.steps_taken, self._done, self._return = 0, bool(result.done), 0.0
+        self.steps_taken, self._done = 0, bool(result.done)
         return self.render_text(), self._info(success=False)
 
     def step(self, action: int | str):
@@ -272,7 +283,6 @@ class OpenEnvEnv(TextEnv):
             terminated, truncated = bool(result.done), False
         truncated = truncated or (not terminated and self.steps_taken >= self.max_steps)
         self._done = terminated or truncated
-        self._return += reward
         success = bool(self._last.get(self._success_key, False))
         if self._done and self._success_key not in self._last and not self._agentrl:
             success = reward > 0

@@ -196,12 +196,20 @@ def card_text(run_dir: Path, target: Path) -> str:
     dqn = algo == "dqn"
     adapter = (target / "adapter_config.json").is_file()
     library = "stable-baselines3" if dqn else "peft" if adapter else "transformers"
+    # a DQN policy is trained from scratch on the env's numeric view: no base model, nor its license
     data = ModelCardData(
         base_model=None if dqn else base,
         library_name=library,
-        tags=["agentrl", "trl", "reinforcement-learning", algo, env_name, "text-game"],
+        tags=[
+            "agentrl",
+            "stable-baselines3" if dqn else "trl",
+            "reinforcement-learning",
+            algo,
+            env_name,
+            "text-game",
+        ],
         pipeline_tag=None if dqn else "text-generation",
-        **license_meta,
+        **({} if dqn else license_meta),
     )
     model_source = str(OmegaConf.select(cfg, "model.name_or_path", default="") or "")
     model_source = BUILTIN_NAMES.get(model_source, model_source)

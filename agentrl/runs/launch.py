@@ -713,25 +713,23 @@ def run_train(cfg: DictConfig, run_dir: Path, resume: bool | None = None) -> dic
         resume = cfg.get("resume") is not None
     with trackers.tracking(cfg, run_dir, resume=resume, enabled=dist.is_main()) as tracked:
         result = train(with_init_weights(cfg), run_dir, env_factory, resume=resume)
-        extra = dict(result.extra)
-        if not dist.is_main():  # of several processes, the first writes the results
-            return {**result.metrics, **extra}
-        if resume and "train_time_s" in extra:
-            # A trainer times the part it ran (or, DQN, since its checkpoint); metrics.jsonl's time_s runs on
-            # across parts, so the larger of the two is the training time of the whole run.
-            extra["train_time_s"] = round(max(float(extra["train_time_s"]), last_metrics_time(run_dir)), 3)
-        write_eval(
-            run_dir,
-            result.metrics,
-            result.episodes,
-            transcripts=cfg.eval.transcripts,
-            **describe(cfg),
-            **extra,
-        )
-        if tracked is not None:
-            if not resume and isinstance(extra.get("before"), dict):  # a resumed run logged it already
-                tracked.log_eval("before", 0, extra["before"])
-            tracked.log_eval("final", tracked.last_step, result.metrics)
+        if tracked is not None:  # a resumed run logged its evaluation before training already
+            tracked.log_evaluations(None if resume else result.extra.get("before"), result.metrics)
+    extra = dict(result.extra)
+    if not dist.is_main():  # of several processes, the first writes the results
+        return {**result.metrics, **extra}
+    if resume and "train_time_s" in extra:
+        # A trainer times the part it ran (or, DQN, since its checkpoint); metrics.jsonl's time_s runs on
+        # across parts, so the larger of the two is the training time of the whole run.
+        extra["train_time_s"] = round(max(float(extra["train_time_s"]), last_metrics_time(run_dir)), 3)
+    write_eval(
+        run_dir,
+        result.metrics,
+        result.episodes,
+        transcripts=cfg.eval.transcripts,
+        **describe(cfg),
+        **extra,
+    )
     write_model_cards(run_dir)
     print_metrics(f"{cfg.env.name} / {cfg.algo.name}", result.metrics)
     print_reasons(result.episodes)

@@ -237,9 +237,11 @@ class Trackers:
             except Exception as exc:  # noqa: BLE001 - a tracker's hiccup never stops training
                 log.warning("report_to=%s: could not log iteration %d: %s", name, step, exc)
 
-    def log_eval(self, prefix: str, step: int, metrics: dict[str, Any]) -> None:
-        """An evaluation's metrics as `<prefix>/<name>` at `step` (before/ at 0, final/ at the end)."""
-        self.log(step, {f"{prefix}/{k}": v for k, v in metrics.items() if k != "before"})
+    def log_evaluations(self, before: dict[str, Any] | None, final: dict[str, Any]) -> None:
+        """The evaluations around training: before/* at step 0, final/* at the last iteration."""
+        if isinstance(before, dict):
+            self.log(0, {f"before/{k}": v for k, v in before.items()})
+        self.log(self.last_step, {f"final/{k}": v for k, v in final.items()})
 
 
 _ACTIVE: Trackers | None = None
