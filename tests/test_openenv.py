@@ -102,7 +102,10 @@ def test_answers_and_bad_actions_are_the_agent_interfaces_never_a_server_error(s
         assert tagged.observation["valid"] and tagged.observation["played"] == "down"
         assert tagged.reward == down_reward
         client.reset(seed=5)
-        for garbage in ("fly", "<action>north</action>", "", "left right"):
+        by_index = client.step({"action": 1})
+        assert by_index.observation["played"] == "down" and by_index.reward == down_reward
+        client.reset(seed=5)
+        for garbage in ("fly", "<action>north</action>", "", "left right", 9, -1):
             result = client.step({"action": garbage})
             seen = result.observation
             # penalty_default: the env's default action (its first valid one) and the penalty -1

@@ -6,10 +6,10 @@ mid-episode, is closed and its env with it. openenv-core's server speaks the pro
 state, its HTTP routes and schemas); this module is the environment behind it:
 
 - reset(seed, episode_id, options): the env's reset with that seed (and reset options);
-- step(AgentRLAction): `action` is an action name, or the agent's whole answer in the answer format the
-  served `agent.*` options set (`<action>NAME</action>` by default), read by agentrl's strict parser;
-  for a free-text env (datascicoding) it is the text the env executes (the answer's tagged or fenced
-  part when it has one). An answer that names no valid action is the agent interface's invalid action
+- step(AgentRLAction): `action` is an action name or index, or the agent's whole answer in the answer
+  format the served `agent.*` options set (`<action>NAME</action>` by default), read by agentrl's strict
+  parser; for a free-text env (datascicoding) it is the text the env executes (the answer's tagged or
+  fenced part when it has one). An answer that names no valid action is the agent interface's invalid action
   (`agent.invalid_rule`: by default the env's default action with `agent.invalid_penalty` added to the
   reward), never a server error;
 - the observation: the text, the instructions, the valid actions and every action name, `done` (with
@@ -69,9 +69,9 @@ def wire_types() -> tuple[type, type, type]:
         """One move: an action name, the agent's answer in the served answer format, or a free-text
         env's text."""
 
-        action: str = Field(
+        action: str | int = Field(
             ...,
-            description="an action name (e.g. left), the agent's answer (e.g. <action>left</action>), "
+            description="an action name (e.g. left) or index, the agent's answer (e.g. <action>left</action>), "
             "or, for a free-text env, the text it executes",
         )
 
@@ -166,7 +166,7 @@ def served_environment_class() -> type:
             if self._done:
                 raise EpisodeOver("no episode in progress: reset first (the last one ended, or none began)")
             ctx = self._context()
-            decision = self._decide(ctx, str(action.action))
+            decision = self._decide(ctx, action.action)
             text = decision.text if self.env.free_text_action else None
             obs, env_reward, terminated, truncated, info = self.env.step(
                 decision.action if text is None else text
@@ -187,13 +187,19 @@ def served_environment_class() -> type:
         def _context(self) -> StepContext:
             return StepContext(self.env, self._observation, self._info, self._history, self._rng, 0)
 
-        def _decide(self, ctx: StepContext, answer: str) -> Decision:
+        def _decide(self, ctx: StepContext, answer: str | int) -> Decision:
             """The action an answer names (the interface's strict parser and its invalid-action rule)."""
             interface = self.served.interface
+            valid = list(self._info.get("valid_actions") or self.env.valid_actions())
+            if isinstance(answer, int):  # an action index: valid when it names a legal action now
+                names = self.env.action_names
+                known = 0 <= answer < len(names)
+                if self.env.free_text_action:  # its indices are the env's own (datascicoding: reference code)
+                    return Decision(action=answer, valid=True) if known else interface.decide_text(ctx, None)
+                return interface.decide(ctx, names[answer] if known and names[answer] in valid else None)
             if self.env.free_text_action:
                 extracted = interface.extract_text(answer)
                 return Decision(action=self.env.default_action(), valid=True, text=extracted or answer)
-            valid = list(self._info.get("valid_actions") or self.env.valid_actions())
             name = next((v for v in valid if v.lower() == answer.strip().lower()), None)
             if name is None:
                 name = interface.parse_answer(answer, valid)[0]
