@@ -223,8 +223,9 @@ def test_tool_env_plays_a_served_episode_for_trl(server):
     schema = get_json_schema(ToolEnv.act)  # how TRL turns an environment's method into a tool
     assert schema["function"]["name"] == "act"
     assert schema["function"]["parameters"]["required"] == ["action"]
-    env = ToolEnv(url)
-    try:
+    tools = [name for name in vars(ToolEnv) if callable(getattr(ToolEnv, name)) and not name.startswith("_")]
+    assert sorted(tools) == ["act", "get_reward", "reset"]  # TRL makes every other public method a tool
+    with ToolEnv(url) as env:
         first = env.reset(seed=3)
         assert "Frozen Lake" in first and "Valid actions: left, down, right, up" in first
         local = make_env("frozenlake", **LAKE)
@@ -241,8 +242,64 @@ def test_tool_env_plays_a_served_episode_for_trl(server):
         with pytest.raises(ValueError, match="over"):
             env.act("down")
         assert "Reward: -1" in (env.reset(seed=3), env.act("fly"))[1]  # an invalid action: the penalty
-    finally:
-        env.close()
+
+
+@pytest.mark.slow
+def test_trls_grpo_trainer_trains_on_a_served_env_through_tool_env(server, tmp_path):
+    """TRL's own GRPOTrainer with environment_factory=ToolEnv: one rollout per dataset row resets a
+    served episode with the row's seed, `act` is the only tool, and get_reward scores each rollout. The
+    tiny random model calls no tool, so its rewards are the untouched episodes' returns (0)."""
+    import functools
+
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from agentrl.models import ensure_tiny_random
+
+    url, _ = server
+    calls: list[tuple] = []
+
+    class Counted(ToolEnv):
+        def reset(self, seed=None, **kwargs):
+            calls.append(("reset", seed))
+            return super().reset(seed=seed, **kwargs)
+
+        def get_reward(self):
+            calls.append(("reward", super().get_reward()))
+            return calls[-1][1]
+
+    path = ensure_tiny_random()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.chat_template = (
+        qwen2_5_chat_template  # a template TRL parses tool calls of (same special tokens)
+    )
+    prompt = [{"role": "user", "content": "Play Frozen Lake with the act tool."}]
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        max_steps=1,
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_completion_length=8,
+        max_tool_calling_iterations=2,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+    )
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(path),
+        processing_class=tokenizer,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": [prompt] * 4, "seed": [11, 12, 13, 14]}),
+        environment_factory=functools.partial(Counted, url),
+    )
+    assert [tool.__name__ for tool in trainer._env_tools[None]] == ["act"]
+    trainer.train()
+    resets = [seed for kind, seed in calls if kind == "reset"]
+    assert len(resets) == 2 and len(set(resets)) == 1 and resets[0] in (11, 12, 13, 14)
+    assert [c for c in calls if c[0] == "reward"] == [("reward", 0.0), ("reward", 0.0)]
+    assert trainer.state.log_history[0]["rewards/Counted/mean"] == 0.0
 
 
 def test_env_openenv_config_errors_are_one_line_and_leave_no_run_directory(tmp_path):

@@ -306,7 +306,9 @@ class ToolEnv:
         GRPOTrainer(..., environment_factory=functools.partial(ToolEnv, "http://127.0.0.1:8000"))
 
     Seeds: a `seed` column of the training dataset reaches `reset`; without one each episode draws a
-    seed below TRAIN_SEED_LIMIT, so no training episode plays one of agentrl's held-out eval seeds."""
+    seed below TRAIN_SEED_LIMIT, so no training episode plays one of agentrl's held-out eval seeds. TRL
+    keeps its environments (one session each) for the trainer's life; elsewhere `with ToolEnv(url) as
+    env:` closes the session."""
 
     def __init__(self, url: str, connect_timeout_s: float = 10.0, message_timeout_s: float = 60.0):
         self.url = url
@@ -329,7 +331,7 @@ class ToolEnv:
             action: The name of the action to play: one of the valid actions listed in the last observation.
 
         Returns:
-            The reward of the action, then the next observation and its valid actions, or how the episode ended.
+            The action's reward, then the next observation and its valid actions, or how the episode ended.
         """
         if self._done:
             raise ValueError("The episode is over: no more actions can be played.")
@@ -355,5 +357,9 @@ class ToolEnv:
         text = str(observation.get("text", "")).rstrip()
         return f"Observation:\n{text}\n\nValid actions: {actions}" if actions else f"Observation:\n{text}"
 
-    def close(self) -> None:
+    # TRL makes every public method but reset and get_reward a tool: closing is the context manager's
+    def __enter__(self) -> ToolEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self._client.close()

@@ -71,8 +71,8 @@ def wire_types() -> tuple[type, type, type]:
 
         action: str | int = Field(
             ...,
-            description="an action name (e.g. left) or index, the agent's answer (e.g. <action>left</action>), "
-            "or, for a free-text env, the text it executes",
+            description="an action name (left) or index, the agent's answer (<action>left</action>), or, "
+            "for a free-text env, the text it executes",
         )
 
     class AgentRLObservation(server.Observation):
@@ -146,6 +146,7 @@ def served_environment_class() -> type:
             self._history: list[Step] = []
             self._return = 0.0
             self._done = True
+            self._started = False  # a first reset happened: the env has a state to show
             self._rng = np.random.default_rng()
 
         def reset(
@@ -158,7 +159,7 @@ def served_environment_class() -> type:
             self._seed = None if seed is None else int(seed)
             self._episode_id = episode_id
             self._observation, self._info = self.env.reset(seed=self._seed, options=options or None)
-            self._history, self._return, self._done = [], 0.0, False
+            self._history, self._return, self._done, self._started = [], 0.0, False, True
             self._rng = np.random.default_rng(self._seed)
             return self._observe(reward=None, env_reward=0.0, decision=None, played=None)
 
@@ -239,7 +240,7 @@ def served_environment_class() -> type:
 
         @property
         def state(self) -> Any:
-            state = self.env.state() if self._seed is not None or self._history else {}
+            state = self.env.state() if self._started else {}
             return State(
                 episode_id=self._episode_id,
                 step_count=len(self._history),

@@ -253,7 +253,7 @@ def active() -> Trackers | None:
 
 
 def tensorboard_on() -> bool:
-    """Whether MetricsLog writes run_dir/tb/: always outside a run's trackers, else when report_to names it."""
+    """Whether MetricsLog writes run_dir/tb/: always outside a run's trackers, else if report_to names it."""
     return _ACTIVE is None or "tensorboard" in _ACTIVE.names
 
 
