@@ -667,9 +667,13 @@ def serve(
 
     setup_logging()
 
-    def ready(url: str) -> None:
-        console.print(f"serving {' '.join(overrides or []) or 'env=frozenlake'} on {url} (Ctrl-C stops)")
+    def ready(url: str, env: str) -> None:
+        console.print(f"serving env={env} on {url} (OpenEnv; Ctrl-C stops)", highlight=False)
 
+    if idle_timeout < 0:
+        from agentrl.errors import ConfigError
+
+        raise ConfigError(f"--idle-timeout {idle_timeout}: must be >= 0 seconds (0: never)")
     try:
         run_server(
             _overrides(overrides),

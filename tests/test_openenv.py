@@ -411,3 +411,34 @@ def test_eval_plays_a_generic_openenv_server(generic_servers, tmp_path):
     episodes = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
     assert len(episodes) == 4 and all(set(e["actions"]) <= {"1", "2"} for e in episodes)
     assert all(e["return"] in (1.0, -1.0) and e["success"] == (e["return"] == 1.0) for e in episodes)
+
+
+def test_agentrl_serve_runs_until_interrupted_and_refuses_bad_options_in_one_line(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    for args, message in (
+        (["env=nope"], "unknown env 'nope'"),
+        (["--port", "70000"], "--port 70000: must be in [0, 65535]"),
+        (["env=openenv"], "env=openenv is a client of another server"),
+    ):
+        result = CliRunner().invoke(app, ["serve", *args])
+        assert result.exit_code == 2 and message in result.output, result.output
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "agentrl.cli", "serve", "env=tictactoe", "env.opponent=perfect", "--port", "0"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving env=tictactoe on http://127.0.0.1:"), line
+        url = line.split(" on ")[1].split()[0]
+        local = make_env("tictactoe", opponent="perfect")
+        plan = [str(cell) for cell in range(1, 10)]  # an occupied cell: the env's own illegal move (a loss)
+        assert play(OpenEnvEnv(url=url), 4, plan) == play(local, 4, plan)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -131,7 +131,7 @@ class OpenEnvEnv(TextEnv):
         self._client: Any = None
         self._done = True
         self._last: dict[str, Any] = {}
-        self._valid: list[str] = []
+        self._valid: list[str] | None = None  # None: the server lists none (every action is valid)
         self._values: dict[str, Any] = {}  # action name -> the value the server takes for it
         schema = action_schema(self.url, self._timeouts[0])
         self._action_key = _action_field(schema, action_key)
@@ -203,7 +203,7 @@ class OpenEnvEnv(TextEnv):
         )
         values = observation.get(key) if key else None
         if not isinstance(values, list):
-            self._valid = list(self._schema_names)
+            self._valid = list(self._schema_names) or None
             self._values.update({n: n for n in self._schema_names})
             return
         self._valid = [str(v) for v in values]
@@ -243,7 +243,7 @@ class OpenEnvEnv(TextEnv):
         return dict(self._last)
 
     def valid_actions(self) -> list[str]:
-        return list(self._valid) if self._valid else list(self.action_names)
+        return list(self._valid) if self._valid is not None else list(self.action_names)
 
     def numeric_space(self) -> Any:
         raise ConfigError("env=openenv has no numeric view of its observations (algo=dqn needs one)")

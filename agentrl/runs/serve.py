@@ -6,12 +6,13 @@ mid-episode, is closed and its env with it. openenv-core's server speaks the pro
 state, its HTTP routes and schemas); this module is the environment behind it:
 
 - reset(seed, episode_id, options): the env's reset with that seed (and reset options);
-- step(AgentRLAction): `action` is an action name or index, or the agent's whole answer in the answer
-  format the served `agent.*` options set (`<action>NAME</action>` by default), read by agentrl's strict
-  parser; for a free-text env (datascicoding) it is the text the env executes (the answer's tagged or
-  fenced part when it has one). An answer that names no valid action is the agent interface's invalid action
-  (`agent.invalid_rule`: by default the env's default action with `agent.invalid_penalty` added to the
-  reward), never a server error;
+- step(AgentRLAction): `action` is one of the env's actions (a name or an index), which the env executes
+  as it would in-process, also one that is not legal now (tic-tac-toe: an occupied cell loses); or the
+  agent's whole answer in the answer format the served `agent.*` options set (`<action>NAME</action>` by
+  default), read by agentrl's strict parser over the legal actions; for a free-text env (datascicoding)
+  the text the env executes (the answer's tagged or fenced part when it has one). An answer that names
+  no legal action is the agent interface's invalid action (`agent.invalid_rule`: by default the env's
+  default action with `agent.invalid_penalty` added to the reward), never a server error;
 - the observation: the text, the instructions, the valid actions and every action name, `done` (with
   terminated and truncated apart), `reward` (the env's reward plus an invalid answer's penalty) and
   `env_reward` (the env's own), success, the env's info, and `prompt`: the chat messages agentrl's LLM
@@ -71,8 +72,8 @@ def wire_types() -> tuple[type, type, type]:
 
         action: str | int = Field(
             ...,
-            description="an action name (left) or index, the agent's answer (<action>left</action>), or, "
-            "for a free-text env, the text it executes",
+            description="one of the env's actions by name (left) or index, the agent's answer "
+            "(<action>left</action>), or, for a free-text env, the text it executes",
         )
 
     class AgentRLObservation(server.Observation):
@@ -87,7 +88,7 @@ def wire_types() -> tuple[type, type, type]:
             default_factory=list, description="agentrl's chat messages for the next step (system, user)"
         )
         env_reward: float = Field(0.0, description="the env's own reward (reward adds an invalid penalty)")
-        valid: bool = Field(True, description="whether the action given was a valid action")
+        valid: bool = Field(True, description="whether the action given was legal now")
         played: str | None = Field(None, description="the action the env executed")
         terminated: bool = Field(False, description="the episode ended in the env (goal, loss, ...)")
         truncated: bool = Field(False, description="the episode was cut (max_steps, penalty_end)")
@@ -189,22 +190,27 @@ def served_environment_class() -> type:
             return StepContext(self.env, self._observation, self._info, self._history, self._rng, 0)
 
         def _decide(self, ctx: StepContext, answer: str | int) -> Decision:
-            """The action an answer names (the interface's strict parser and its invalid-action rule)."""
-            interface = self.served.interface
-            valid = list(self._info.get("valid_actions") or self.env.valid_actions())
-            if isinstance(answer, int):  # an action index: valid when it names a legal action now
-                names = self.env.action_names
-                known = 0 <= answer < len(names)
-                if self.env.free_text_action:  # its indices are the env's own (datascicoding: reference code)
-                    return Decision(action=answer, valid=True) if known else interface.decide_text(ctx, None)
-                return interface.decide(ctx, names[answer] if known and names[answer] in valid else None)
-            if self.env.free_text_action:
+            """What the env executes: one of its actions as sent (by name or index; the env handles one
+            that is not legal now as it does in-process), else the action the agent's answer names (the
+            interface's strict parser over the legal actions, and its invalid-action rule)."""
+            interface, env = self.served.interface, self.env
+            valid = list(
+                self._info["valid_actions"] if "valid_actions" in self._info else env.valid_actions()
+            )
+            known = [name.lower() for name in env.action_names]
+            if isinstance(answer, int) or (not env.free_text_action and answer.strip().lower() in known):
+                index = answer if isinstance(answer, int) else known.index(answer.strip().lower())
+                if not 0 <= index < len(known):
+                    return (
+                        interface.decide_text(ctx, None)
+                        if env.free_text_action
+                        else interface.decide(ctx, None)
+                    )
+                return Decision(action=index, valid=env.action_names[index] in valid or env.free_text_action)
+            if env.free_text_action:
                 extracted = interface.extract_text(answer)
-                return Decision(action=self.env.default_action(), valid=True, text=extracted or answer)
-            name = next((v for v in valid if v.lower() == answer.strip().lower()), None)
-            if name is None:
-                name = interface.parse_answer(answer, valid)[0]
-            return interface.decide(ctx, name)
+                return Decision(action=env.default_action(), valid=True, text=extracted or answer)
+            return interface.decide(ctx, interface.parse_answer(answer, valid)[0])
 
         def _observe(
             self,
@@ -223,7 +229,7 @@ def served_environment_class() -> type:
                 reward=reward,
                 text=self._observation,
                 instructions=env.instructions,
-                valid_actions=list(info.get("valid_actions") or env.valid_actions()),
+                valid_actions=list(info["valid_actions"] if "valid_actions" in info else env.valid_actions()),
                 action_names=list(env.action_names),
                 free_text=bool(env.free_text_action),
                 prompt=prompt,
@@ -369,16 +375,21 @@ def serve(
     port: int = DEFAULT_PORT,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
-    ready: Callable[[str], None] | None = None,
+    ready: Callable[[str, str], None] | None = None,
 ) -> None:
-    """Serve the env the overrides name until interrupted; `ready(url)` is told where it listens."""
+    """Serve the env the overrides name until interrupted; `ready(url, env name)` is told where it
+    listens."""
     if max_sessions < 1:
         raise ConfigError(f"--max-sessions {max_sessions}: must be >= 1")
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port {port}: must be in [0, 65535] (0: a free port)")
+    if idle_timeout_s is not None and idle_timeout_s <= 0:
+        raise ConfigError(f"--idle-timeout {idle_timeout_s}: must be > 0 seconds (or 0: never)")
     _, served = served_config(overrides)
     app, _ = build_app(served, max_sessions, idle_timeout_s)
     sock = listening_socket(host, port)
     if ready is not None:
-        ready(url_of(sock))
+        ready(url_of(sock), served.env_name)
     try:
         uvicorn_server(app).run(sockets=[sock])
     finally:
