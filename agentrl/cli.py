@@ -631,7 +631,8 @@ def push(
     """Upload a trained run's final/ model with its model card to the Hugging Face Hub.
 
     The card (final/README.md: base model, algorithm, env, eval before and after, command, config) is
-    written afresh first. Needs a Hub token (huggingface-cli login or HF_TOKEN) and network access."""
+    the one the run wrote, or written first where final/ has none. Needs a Hub token (huggingface-cli
+    login or HF_TOKEN) and network access."""
     from agentrl.runs.card import push as push_run
 
     setup_logging()

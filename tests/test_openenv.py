@@ -314,73 +314,20 @@ def test_env_openenv_config_errors_are_one_line_and_leave_no_run_directory(tmp_p
         assert not run.exists()
 
 
-# ---- a generic OpenEnv server: integer legal actions, and free text ---------------------------------
-def generic_app(free_text: bool):
-    """An OpenEnv env written against openenv alone: count to a target by adding 1 or 2 (integer
-    action ids listed as legal_actions), or echo a word back (free text, no action list)."""
-    from openenv.core.env_server import Action, Environment, Observation, State, create_fastapi_app
-
-    class AddAction(Action):
-        action_id: int
-
-    class EchoAction(Action):
-        message: str
-
-    class CountObservation(Observation):
-        total: int = 0
-        target: int = 0
-        legal_actions: list[int] = []
-
-    class EchoObservation(Observation):
-        prompt: str = ""
-
-    class Game(Environment):
-        SUPPORTS_CONCURRENT_SESSIONS = True
-
-        def reset(self, seed=None, episode_id=None, **kwargs):
-            self.total, self.target = 0, 3 + (seed or 0) % 3
-            if free_text:
-                return EchoObservation(prompt="Say: hello")
-            return CountObservation(total=0, target=self.target, legal_actions=[1, 2])
-
-        def step(self, action, timeout_s=None, **kwargs):
-            if free_text:
-                good = action.message.strip() == "hello"
-                return EchoObservation(prompt="", done=True, reward=1.0 if good else 0.0)
-            self.total += action.action_id
-            done = self.total >= self.target
-            reward = (1.0 if self.total == self.target else -1.0) if done else 0.0
-            return CountObservation(
-                total=self.total, target=self.target, legal_actions=[1, 2], done=done, reward=reward
-            )
-
-        @property
-        def state(self):
-            return State(step_count=0)
-
-    action, observation = (EchoAction, EchoObservation) if free_text else (AddAction, CountObservation)
-    return create_fastapi_app(Game, action, observation, max_concurrent_envs=8)
-
-
+# ---- generic OpenEnv servers: integer legal actions, and free text (tests/openenv_games.py) ----------
 @pytest.fixture(scope="module")
 def generic_servers():
-    import contextlib
-    import threading
+    import openenv_games
 
-    from agentrl.runs.serve import listening_socket, url_of, uvicorn_server
+    from agentrl.envs.openenv import AppThread
 
-    with contextlib.ExitStack() as stack:
-        urls = {}
-        for free_text in (False, True):
-            sock = stack.enter_context(contextlib.closing(listening_socket("127.0.0.1", 0)))
-            server = uvicorn_server(generic_app(free_text))
-            thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-            thread.start()
-            stack.callback(thread.join, 10)
-            stack.callback(setattr, server, "should_exit", True)
-            assert wait_for(lambda s=server: s.started)
-            urls[free_text] = url_of(sock)
-        yield urls
+    running = {
+        free_text: AppThread(app)
+        for free_text, app in ((False, openenv_games.count_app), (True, openenv_games.echo_app))
+    }
+    yield {free_text: server.url for free_text, server in running.items()}
+    for server in running.values():
+        server.stop()
 
 
 def test_a_generic_openenv_server_maps_to_the_text_env_contract(generic_servers):
@@ -403,14 +350,29 @@ def test_a_generic_openenv_server_maps_to_the_text_env_contract(generic_servers)
     echo.close()
 
 
-def test_eval_plays_a_generic_openenv_server(generic_servers, tmp_path):
-    run = tmp_path / "run"
-    args = ["eval", "env=openenv", f"env.url={generic_servers[False]}", "agent=random", "eval.episodes=4"]
-    result = CliRunner().invoke(app, [*args, f"hydra.run.dir={run}"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    episodes = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
-    assert len(episodes) == 4 and all(set(e["actions"]) <= {"1", "2"} for e in episodes)
-    assert all(e["return"] in (1.0, -1.0) and e["success"] == (e["return"] == 1.0) for e in episodes)
+def test_eval_plays_a_generic_openenv_server_by_url_app_or_environment_class(generic_servers, tmp_path):
+    played = {}
+    for source in (
+        f"env.url={generic_servers[False]}",
+        "env.app=openenv_games:count_app",
+        "env.app=openenv_games:CountGame",
+    ):
+        run = tmp_path / str(len(played))
+        args = ["eval", "env=openenv", source, "agent=random", "eval.episodes=4", f"hydra.run.dir={run}"]
+        result = CliRunner().invoke(app, args, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        episodes = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
+        assert len(episodes) == 4 and all(set(e["actions"]) <= {"1", "2"} for e in episodes)
+        assert all(e["return"] in (1.0, -1.0) and e["success"] == (e["return"] == 1.0) for e in episodes)
+        played[source] = [(e["seed"], e["actions"], e["return"]) for e in episodes]
+    assert len({json.dumps(p) for p in played.values()}) == 1  # the same episodes, however it is reached
+    for spec, message in (
+        ("openenv_games", "give module:attribute"),
+        ("openenv_games:nothing", "has no attribute 'nothing'"),
+        ("openenv_games:AddAction", "AddAction is not an openenv Environment"),
+    ):
+        result = CliRunner().invoke(app, ["eval", "env=openenv", f"env.app={spec}", "agent=random"])
+        assert result.exit_code == 2 and message in result.output, result.output
 
 
 def test_agentrl_serve_runs_until_interrupted_and_refuses_bad_options_in_one_line(tmp_path):
@@ -427,7 +389,16 @@ def test_agentrl_serve_runs_until_interrupted_and_refuses_bad_options_in_one_lin
         result = CliRunner().invoke(app, ["serve", *args])
         assert result.exit_code == 2 and message in result.output, result.output
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "agentrl.cli", "serve", "env=tictactoe", "env.opponent=perfect", "--port", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentrl.cli",
+        "serve",
+        "env=tictactoe",
+        "env.opponent=perfect",
+        "--port",
+        "0",
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = proc.stdout.readline()

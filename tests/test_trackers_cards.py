@@ -264,7 +264,7 @@ def test_push_uploads_final_with_its_card_to_a_mocked_hub(trained, monkeypatch, 
             folder = Path(kwargs["folder_path"])
             calls.append(("upload_folder", kwargs, sorted(p.name for p in folder.iterdir())))
 
-    (trained / "final" / "README.md").unlink()  # push writes the card afresh
+    (trained / "final" / "README.md").unlink()  # push writes a missing card
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     result = CliRunner().invoke(app, ["push", str(trained), "me/frozenlake-tiny", "--private"])
     assert result.exit_code == 0, result.output
@@ -278,6 +278,10 @@ def test_push_uploads_final_with_its_card_to_a_mocked_hub(trained, monkeypatch, 
     }
     assert Path(upload[1]["folder_path"]) == trained / "final" and "README.md" in upload[2]
     assert "model.safetensors" in upload[2] and upload[1]["repo_id"] == "me/frozenlake-tiny"
+    assert (
+        "machine: not recorded (this card was written after training"
+        in (trained / "final" / "README.md").read_text()
+    )
 
     class Refused(FakeApi):
         def create_repo(self, **kwargs):

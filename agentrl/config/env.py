@@ -198,6 +198,11 @@ class OpenEnvConfig(EnvSchema):
     url: str | None = setting(
         None, "the OpenEnv server, e.g. http://127.0.0.1:8000 (agentrl serve env=<name> --port 8000)"
     )
+    app: str | None = setting(
+        None,
+        "instead of url: module:attribute of an OpenEnv server app (e.g. echo_env.server.app:app) or of "
+        "an Environment class typed with its action and observation, run on a loopback port in this process",
+    )
     max_steps: int = setting(
         100, "move cap (truncation); an agentrl server's own cap applies when it is smaller", ge=1
     )

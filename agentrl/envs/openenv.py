@@ -3,7 +3,9 @@
 OpenEnv (openenv-core, `pip install agentrl[openenv]`) serves an environment over a WebSocket session
 per client: `reset(seed=...)` and `step(action)` answer with an observation (a JSON object), a reward
 and `done`. `OpenEnvEnv` plays such a server through openenv's own client, one session per env object,
-and maps what it sends to the `TextEnv` contract:
+and maps what it sends to the `TextEnv` contract. `env.url` names the server; `env.app`
+(module:attribute) names an installed OpenEnv package's server app, or its Environment class, which
+this process then serves itself on a loopback port (`app_url`). The mapping:
 
 - the observation's text: `env.text_key`, else its `text` or `prompt` field, else every field as a
   `key: value` line (the action list left out);
@@ -26,9 +28,14 @@ observations, valid actions, rewards and ends for the same seeds and actions.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import random
+import socket
+import threading
+import time
+import typing
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -46,6 +53,101 @@ TEXT_KEYS = ("text", "prompt")
 AGENTRL_KEYS = frozenset({"text", "instructions", "action_names", "valid_actions", "terminated", "truncated"})
 #: the largest seed a client draws itself (agentrl's held-out eval seeds start at eval.seed_offset = 10**6)
 TRAIN_SEED_LIMIT = 1_000_000
+
+
+# ---- an OpenEnv server app on a thread of this process --------------------------------------------------
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening socket (port 0: a free port the OS picks); a port in use is a one-line error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.listen(128)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def uvicorn_server(app: Any) -> Any:
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+
+
+class AppThread:
+    """An ASGI app (an OpenEnv server) served by uvicorn on a daemon thread of this process."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 30.0):
+        self.sock = listening_socket(host, port)
+        self.url = url_of(self.sock)
+        self.server = uvicorn_server(app)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + start_timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise ConfigError(f"the OpenEnv server app did not start on {self.url}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+#: `env.app` -> its server, started on first use and kept for the process's life
+_APPS: dict[str, AppThread] = {}
+#: sessions an app built from an Environment class serves at once, when the class allows several
+APP_SESSIONS = 256
+
+
+def app_url(spec: str) -> str:
+    """The loopback URL of the OpenEnv environment `module:attribute` names (`env.app`): an ASGI app (an
+    OpenEnv package's `server.app:app`), or an openenv `Environment` subclass typed with its action and
+    observation classes (`Environment[MyAction, MyObservation, MyState]`), served by openenv's own app."""
+    if spec in _APPS:
+        return _APPS[spec].url
+    module, _, attribute = spec.partition(":")
+    if not module or not attribute:
+        raise ConfigError(f"env.app={spec}: give module:attribute, e.g. echo_env.server.app:app")
+    try:
+        target = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"env.app={spec}: {exc}") from exc
+    app = target
+    if isinstance(target, type):
+        app = environment_app(spec, target)
+    elif not callable(target):
+        raise ConfigError(f"env.app={spec}: not an ASGI app or an OpenEnv Environment class")
+    _APPS[spec] = AppThread(app)
+    return _APPS[spec].url
+
+
+def environment_app(spec: str, cls: type) -> Any:
+    """openenv's server app for an `Environment` subclass, its action and observation classes read from
+    its base `Environment[Action, Observation, State]`."""
+    server = importlib.import_module("openenv.core.env_server")
+    if not issubclass(cls, server.Environment):
+        raise ConfigError(f"env.app={spec}: {cls.__name__} is not an openenv Environment")
+    for base in getattr(cls, "__orig_bases__", ()):
+        args = typing.get_args(base)
+        if len(args) >= 2 and all(isinstance(a, type) for a in args[:2]):
+            action, observation = args[:2]
+            if issubclass(action, server.Action) and issubclass(observation, server.Observation):
+                sessions = APP_SESSIONS if getattr(cls, "SUPPORTS_CONCURRENT_SESSIONS", False) else 1
+                return server.create_fastapi_app(cls, action, observation, max_concurrent_envs=sessions)
+    raise ConfigError(
+        f"env.app={spec}: {cls.__name__} does not name its action and observation classes "
+        "(Environment[MyAction, MyObservation, MyState]); give its server app instead (module:app)"
+    )
 
 
 def openenv_client(url: str, connect_timeout_s: float = 10.0, message_timeout_s: float = 60.0) -> Any:
@@ -110,6 +212,7 @@ class OpenEnvEnv(TextEnv):
     def __init__(
         self,
         url: str | None = None,
+        app: str | None = None,
         max_steps: int = 100,
         text_key: str | None = None,
         actions_key: str | None = None,
@@ -120,12 +223,13 @@ class OpenEnvEnv(TextEnv):
         message_timeout_s: float = 60.0,
         render_mode: str | None = None,
     ):
-        if not url:
+        if bool(url) == bool(app):
             raise ConfigError(
-                "env=openenv needs env.url=http://host:port, the address of an OpenEnv server "
-                "(e.g. one started with: agentrl serve env=frozenlake --port 8000)"
+                "env=openenv needs env.url=http://host:port, the address of an OpenEnv server (e.g. one "
+                "started with: agentrl serve env=frozenlake --port 8000), or env.app=module:attribute, an "
+                "OpenEnv server app or Environment class to run in this process; one of the two"
             )
-        self.url = str(url)
+        self.url = str(url) if url else app_url(str(app))
         self._text_key, self._actions_key, self._success_key = text_key, actions_key, success_key
         self._timeouts = (float(connect_timeout_s), float(message_timeout_s))
         self._client: Any = None

@@ -110,7 +110,7 @@ def license_of(base: str | None, cfg: Any) -> dict[str, str]:
 
 
 def machine() -> str:
-    """This machine in a line: CPU model and cores, memory, and the GPUs a run here could see."""
+    """This machine in a line: CPU model and cores, memory, and the GPUs this process sees."""
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -177,112 +177,120 @@ def first_prompt(run_dir: Path) -> tuple[str, str] | None:
     return None
 
 
-def card_text(run_dir: Path, target: Path) -> str:
-    """The model card of `target` (final/ or a checkpoint-N/ inside the training run `run_dir`)."""
-    from huggingface_hub import ModelCardData
-
-    from agentrl.report.learning import command
-
+def card_text(run_dir: Path, target: Path, machine_line: str | None = None) -> str:
+    """The model card of `target` (final/ or a checkpoint-N/ inside the training run `run_dir`).
+    `machine_line`: the machine the run trained on (None: the one of status.json's host, as far as is
+    known after the fact)."""
     run = load_train_run(run_dir, "cannot write a model card for")
     cfg, algo = run.config, str(run.algo)
     results = _read_json(run.root / "eval.json")
-    before = results.get("before") or _read_json(run.root / "eval_before.json")
     env = OmegaConf.to_container(cfg.env, resolve=True)
     assert isinstance(env, dict)
-    env_name = str(env.get("name"))
     variant = ", ".join(f"{k}={v}" for k, v in env.items() if k != "name")
+    env_line = f"`env={env['name']}`" + (f" ({variant})" if variant else "")
+    if machine_line is None:
+        host = _read_json(run.root / "status.json").get("host")
+        machine_line = f"not recorded (this card was written after training; host {host or 'unknown'})"
+    lines = [*_header(run, cfg, algo, target, env_line), *_evaluation(run, cfg, results, target)]
+    lines += _training(run, cfg, results, target, machine_line)
+    lines += _usage(run, algo)
+    config = OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
+    lines += ["## Config", "", "```yaml", config.rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def _header(run: Any, cfg: Any, algo: str, target: Path, env_line: str) -> list[str]:
+    """The Hub metadata, the title and what the model is."""
+    from huggingface_hub import ModelCardData
+
     base = base_model(cfg)
     license_meta = license_of(base, cfg)
     dqn = algo == "dqn"
     adapter = (target / "adapter_config.json").is_file()
-    library = "stable-baselines3" if dqn else "peft" if adapter else "transformers"
+    source = str(OmegaConf.select(cfg, "model.name_or_path", default="") or "")
+    source = base or BUILTIN_NAMES.get(source, source)
     # a DQN policy is trained from scratch on the env's numeric view: no base model, nor its license
     data = ModelCardData(
         base_model=None if dqn else base,
-        library_name=library,
-        tags=[
-            "agentrl",
-            "stable-baselines3" if dqn else "trl",
-            "reinforcement-learning",
-            algo,
-            env_name,
-            "text-game",
-        ],
+        library_name="stable-baselines3" if dqn else "peft" if adapter else "transformers",
+        tags=["agentrl", "stable-baselines3" if dqn else "trl", "reinforcement-learning", algo]
+        + [str(cfg.env.name), "text-game"],
         pipeline_tag=None if dqn else "text-generation",
         **({} if dqn else license_meta),
     )
-    model_source = str(OmegaConf.select(cfg, "model.name_or_path", default="") or "")
-    model_source = BUILTIN_NAMES.get(model_source, model_source)
-    checkpoint = target.name != "final"
-    title = f"{run.root.name}{f' ({target.name})' if checkpoint else ''}"
-    lines = [
-        "---",
-        data.to_yaml(),
-        "---",
-        "",
-        f"# {title}",
-        "",
-        f"{'A DQN policy' if dqn else (base or model_source)} trained with {ALGORITHMS.get(algo, algo)} by "
-        f"agentrl on the {env_name} text game"
-        f"{f' ({variant})' if variant else ''}.",
-        "",
-        "## Model",
-        "",
-    ]
+    title = run.root.name + (f" ({target.name})" if target.name != "final" else "")
+    method = ALGORITHMS.get(algo, algo)
+    lines = ["---", data.to_yaml(), "---", "", f"# {title}", ""]
+    lines += [f"{'A DQN policy' if dqn else source} trained with {method} by agentrl on {env_line}.", ""]
+    lines += ["## Model", ""]
     if not dqn:
-        lines.append(f"- base model: {base or model_source}" + (" (a LoRA adapter on it)" if adapter else ""))
+        lines.append(f"- base model: {source}" + (" (a LoRA adapter on it)" if adapter else ""))
         license_line = license_meta.get("license_name") or license_meta["license"]
         if license_meta["license"] == "unknown":
             license_line = "unknown here: read the base model's own card before sharing this model"
         lines.append(f"- base model license: {license_line} (this model is a derivative of it)")
-    lines += [
-        f"- algorithm: {ALGORITHMS.get(algo, algo)} (`algo={algo}`)",
-        f"- environment: `env={env_name}`" + (f" ({variant})" if variant else ""),
-    ]
+    lines += [f"- algorithm: {method} (`algo={algo}`)", f"- environment: {env_line}"]
     if cfg.get("init_from"):
         lines.append(f"- started from the weights of the run {cfg.init_from}")
-    iteration = _checkpoint_step(target)
-    lines += ["", "## Evaluation", ""]
-    seeds = f"seeds {cfg.eval.seed_offset} + 1000 x seed + k (seed={cfg.seed})"
+    return lines
+
+
+def _evaluation(run: Any, cfg: Any, results: dict[str, Any], target: Path) -> list[str]:
+    """Before and after training (a checkpoint: before, and its last periodic evaluation)."""
+    lines = ["", "## Evaluation", ""]
     lines.append(
-        f"Held-out episodes ({seeds}); training plays seeds below {cfg.eval.seed_offset}. An answer counts "
-        "only in the asked format (strict parsing): invalid is the share of answers that named no valid "
-        "action, untagged the share that named one outside the format."
+        f"Held-out episodes (seeds {cfg.eval.seed_offset} + 1000 x seed + k, seed={cfg.seed}); training "
+        f"plays seeds below {cfg.eval.seed_offset}. An answer counts only in the asked format (strict "
+        "parsing): invalid is the share of answers that named no valid action, untagged the share that "
+        "named one outside the format."
     )
     lines.append("")
     rows: list[tuple[str, dict[str, Any]]] = []
+    before = results.get("before") or _read_json(run.root / "eval_before.json")
     if before:
         rows.append(("before training", before))
-    if checkpoint:
-        periodic = periodic_eval(run.root, iteration) if iteration is not None else {}
+    step = _checkpoint_step(target)
+    if step is not None:
+        periodic = periodic_eval(run.root, step)
         if periodic:
             rows.append((f"periodic eval at iteration {periodic.pop('iteration')}", periodic))
     elif results:
         rows.append(("after training", results))
     lines += eval_table(rows) if rows else ["No evaluation was written."]
-    if checkpoint:
+    if step is not None:
         lines += ["", f"This is checkpoint {target.name} of the run; final/ holds the trained model."]
-    lines += ["", "## Training", ""]
-    iterations = results.get("iterations") or OmegaConf.select(cfg, "algo.iterations", default=None)
-    if iterations is not None:
-        lines.append(
-            f"- {'iteration ' + str(iteration) + ' of ' if checkpoint else ''}{iterations} iterations"
-        )
+    return lines
+
+
+def _training(run: Any, cfg: Any, results: dict[str, Any], target: Path, machine_line: str) -> list[str]:
+    """How long, where and how the run trained."""
+    from agentrl.report.learning import command
+
+    lines = ["", "## Training", ""]
+    step = _checkpoint_step(target)
+    if run.algo == "dqn":
+        steps = results.get("total_timesteps") or OmegaConf.select(cfg, "algo.total_timesteps", default=None)
+        lines.append(f"- {steps} environment steps")
+    else:
+        iterations = results.get("iterations") or OmegaConf.select(cfg, "algo.iterations", default=None)
+        lines.append(f"- {'' if step is None else f'iteration {step} of '}{iterations} iterations")
     if results.get("train_time_s") is not None:
         seconds = float(results["train_time_s"])
-        lines.append(
-            f"- training time: {seconds / 60:.1f} minutes"
-            if seconds >= 60
-            else f"- training time: {seconds:.0f} s"
-        )
-    lines.append(f"- machine: {machine()}")
-    lines += ["- command:", "", "```bash", command(run.root), "```", ""]
+        took = f"{seconds / 60:.1f} minutes" if seconds >= 60 else f"{seconds:.0f} s"
+        lines.append(f"- training time: {took}")
+    lines += [f"- machine: {machine_line}", "- command:", "", "```bash", command(run.root), "```", ""]
+    return lines
+
+
+def _usage(run: Any, algo: str) -> list[str]:
+    """The answer format the model was trained in, and how to evaluate or load it."""
+    lines: list[str] = []
     prompt = first_prompt(run.root)
     if prompt is not None:
         lines += ["## Prompt format", "", "The first prompt of the evaluation, and the model's answer:", ""]
         lines += ["```text", prompt[0], "```", "", "```text", prompt[1], "```", ""]
     lines += ["## Use", "", "```bash", f"agentrl eval from_run={run.root}", "```", ""]
-    if not dqn:
+    if algo != "dqn":
         lines += [
             "```python",
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
@@ -292,9 +300,7 @@ def card_text(run_dir: Path, target: Path) -> str:
             "```",
             "",
         ]
-    config = OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
-    lines += ["## Config", "", "```yaml", config.rstrip(), "```", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def _checkpoint_step(path: Path) -> int | None:
@@ -302,21 +308,23 @@ def _checkpoint_step(path: Path) -> int | None:
     return int(name.split("-", 1)[1]) if name.startswith("checkpoint-") and name[11:].isdigit() else None
 
 
-def write_card(run_dir: Path, target: Path) -> Path:
+def write_card(run_dir: Path, target: Path, machine_line: str | None = None) -> Path:
     """Write `target`/README.md (atomically) and return its path."""
     path = Path(target) / CARD
     with atomic_file(path) as tmp:
-        tmp.write_text(card_text(Path(run_dir), Path(target)), encoding="utf-8")
+        tmp.write_text(card_text(Path(run_dir), Path(target), machine_line), encoding="utf-8")
     return path
 
 
 def write_cards(run_dir: Path) -> list[Path]:
-    """The cards of final/ and of every checkpoint-N/ directory holding weights."""
+    """The cards of final/ and of every checkpoint-N/ directory holding weights, written by the run on
+    the machine it trained on."""
     run_dir = Path(run_dir)
     targets = [path for _, path in list_checkpoints(run_dir) if path.is_dir() and holds_weights(path)]
     if holds_weights(run_dir / "final"):
         targets.append(run_dir / "final")
-    return [write_card(run_dir, target) for target in targets]
+    here = machine()
+    return [write_card(run_dir, target, here) for target in targets]
 
 
 class PushError(AgentRLError):
@@ -324,15 +332,17 @@ class PushError(AgentRLError):
 
 
 def push(run_dir: Path, repo_id: str, private: bool = False, api: Any = None) -> str:
-    """Upload a training run's final/ (weights, tokenizer, its model card written afresh) to the Hub repo
-    `repo_id`, created if needed; returns the repository's URL."""
+    """Upload a training run's final/ (weights, tokenizer, its model card) to the Hub repo `repo_id`,
+    created if needed; returns the repository's URL. A final/ without a card (a run trained before
+    cards, or one whose card was removed) gets one first."""
     run = load_train_run(Path(run_dir), "cannot push")
     final = run.root / "final"
     if not holds_weights(final):
         raise RunDirError(
             f"cannot push {run.root}: it has no final/ model (algo.save_final=false, or training did not end)"
         )
-    write_card(run.root, final)
+    if not (final / CARD).is_file():
+        write_card(run.root, final)
     try:
         if api is None:
             from huggingface_hub import HfApi

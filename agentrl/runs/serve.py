@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.envs.openenv import AppThread, listening_socket, url_of, uvicorn_server
 from agentrl.errors import AgentRLError, ConfigError
 from agentrl.types import Decision, Step, StepContext
 
@@ -344,31 +344,6 @@ class QuietDisconnects:
             log.info("a client went away without closing its session; its env is closed")
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound, listening socket (port 0: a free port the OS picks); a port in use is a one-line error."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    sock.listen(128)
-    return sock
-
-
-def url_of(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def uvicorn_server(app: Any) -> Any:
-    import uvicorn
-
-    return uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-
-
 def serve(
     overrides: list[str],
     host: str = DEFAULT_HOST,
@@ -406,23 +381,10 @@ def serving(
 ) -> Iterator[tuple[str, Any]]:
     """The server of `serve` on a thread of this process, for a notebook or a test: yields (its URL,
     openenv's HTTPEnvServer, e.g. for `active_sessions`); stops it on exit."""
-    import threading
-    import time
-
     _, served = served_config(overrides)
     app, http = build_app(served, max_sessions, idle_timeout_s)
-    sock = listening_socket(host, port)
-    server = uvicorn_server(app)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+    running = AppThread(app, host, port)
     try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the OpenEnv server did not start")
-            time.sleep(0.02)
-        yield url_of(sock), http
+        yield running.url, http
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+        running.stop()
