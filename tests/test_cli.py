@@ -82,7 +82,8 @@ def test_eval_is_deterministic(tmp_path):
     [
         (
             ["env=nosuchenv"],
-            "valid choices: bandit, contextual_bandit, datascicoding, frozenlake, kitchen, snake, snake_poison, tictactoe",
+            "valid choices: bandit, contextual_bandit, datascicoding, frozenlake, kitchen, openenv, snake, snake_poison, "
+            "tictactoe",
         ),
         (["agent=nosuchagent"], "valid choices:"),
         (["eval.nosuchkey=1"], "valid keys under 'eval': episodes, lockstep, seed_offset, transcripts"),

@@ -95,8 +95,8 @@ def test_help_groups_are_read_from_the_config_tree(tmp_path, monkeypatch):
     output = help_of("eval")
     flat = " ".join(output.split())  # the option list may continue over several lines
     assert (
-        "env = snake (default), bandit, contextual_bandit, datascicoding, frozenlake, kitchen, snake_poison,"
-        " tictactoe, zz_new_env" in flat
+        "env = snake (default), bandit, contextual_bandit, datascicoding, frozenlake, kitchen, openenv,"
+        " snake_poison, tictactoe, zz_new_env" in flat
     )
 
 

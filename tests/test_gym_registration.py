@@ -35,6 +35,18 @@ def test_import_agentrl_registers_the_ids_in_a_fresh_interpreter():
 
 @pytest.mark.parametrize("gym_id", GYM_IDS)
 def test_registered_env_passes_the_env_checker(gym_id):
+    if gym_id == "agentrl/OpenEnv-v0":  # a client: it plays a served env (tests/test_openenv.py)
+        from agentrl.errors import ConfigError
+        from agentrl.runs.serve import serving
+
+        with serving(["env=frozenlake"]) as (url, _):
+            env = gym.make(gym_id, url=url)
+            check_env(env.unwrapped)
+            assert env.reset(seed=0)[0].startswith("P _ _ _")
+            with pytest.raises(ConfigError, match="no numeric view"):
+                env.unwrapped.numeric_space()
+            env.close()
+        return
     env = gym.make(gym_id)
     if gym_id not in CHECKED_ELSEWHERE:
         check_env(env.unwrapped)

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from agentrl.cli import app
 from agentrl.runs import trackers
-from agentrl.runs.runlog import MetricsLog
+from agentrl.runs.runlog import MetricsLog, checkpoint_problem
 
 mlflow = pytest.importorskip("mlflow")
 pytest.importorskip("wandb")
@@ -245,6 +245,9 @@ def test_final_and_checkpoints_carry_a_hub_model_card(trained):
     checkpoints = sorted(p for p in trained.glob("checkpoint-*") if p.is_dir())
     assert checkpoints
     for checkpoint in checkpoints:
+        # the card replaces TRL's own, and the checkpoint still checks out for a resume
+        assert checkpoint_problem(checkpoint) is None
+        assert "README.md" in json.loads((checkpoint / "manifest.json").read_text())["files"]
         text = (checkpoint / "README.md").read_text()
         assert f"checkpoint {checkpoint.name} of the run" in text and "| periodic eval at iteration" in text
         assert "| after training |" not in text

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import platform
 import sys
@@ -24,7 +25,16 @@ from omegaconf import OmegaConf
 
 from agentrl.errors import AgentRLError, RunDirError
 from agentrl.runs.rundir import load_train_run
-from agentrl.runs.runlog import atomic_file, list_checkpoints
+from agentrl.runs.runlog import (
+    atomic_file,
+    checkpoint_problem,
+    file_fingerprint,
+    list_checkpoints,
+    manifest_path,
+    write_json,
+)
+
+log = logging.getLogger(__name__)
 
 CARD = "README.md"
 ALGORITHMS = {
@@ -316,15 +326,36 @@ def write_card(run_dir: Path, target: Path, machine_line: str | None = None) -> 
     return path
 
 
+def write_checkpoint_card(run_dir: Path, checkpoint: Path, machine_line: str | None = None) -> Path | None:
+    """A checkpoint's card, in place of the one TRL writes into every checkpoint, and its manifest entry
+    to match (the other entries stay as they were: the manifest still vouches only for what was checked
+    when it was written). A checkpoint that fails its manifest check is left alone."""
+    problem = checkpoint_problem(checkpoint)
+    if problem is not None:
+        log.warning("no model card for %s: %s", checkpoint.name, problem)
+        return None
+    path = write_card(run_dir, checkpoint, machine_line)
+    manifest = manifest_path(checkpoint)
+    if manifest.is_file():
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+        data["files"][CARD] = {"size": path.stat().st_size, "fingerprint": file_fingerprint(path)}
+        write_json(manifest, data)
+    return path
+
+
 def write_cards(run_dir: Path) -> list[Path]:
     """The cards of final/ and of every checkpoint-N/ directory holding weights, written by the run on
     the machine it trained on."""
     run_dir = Path(run_dir)
-    targets = [path for _, path in list_checkpoints(run_dir) if path.is_dir() and holds_weights(path)]
-    if holds_weights(run_dir / "final"):
-        targets.append(run_dir / "final")
     here = machine()
-    return [write_card(run_dir, target, here) for target in targets]
+    written = [
+        write_checkpoint_card(run_dir, path, here)
+        for _, path in list_checkpoints(run_dir)
+        if path.is_dir() and holds_weights(path)
+    ]
+    if holds_weights(run_dir / "final"):
+        written.append(write_card(run_dir, run_dir / "final", here))
+    return [path for path in written if path is not None]
 
 
 class PushError(AgentRLError):
