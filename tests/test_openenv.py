@@ -9,16 +9,13 @@ import json
 import time
 
 import pytest
+from openenv.core.generic_client import GenericEnvClient  # make install installs OpenEnv: no skip
 from typer.testing import CliRunner
 
-pytest.importorskip("openenv.core.env_server")
-
-from openenv.core.generic_client import GenericEnvClient  # noqa: E402
-
-from agentrl.cli import app  # noqa: E402
-from agentrl.envs import make_env  # noqa: E402
-from agentrl.envs.openenv import OpenEnvEnv, ToolEnv  # noqa: E402
-from agentrl.runs.serve import serving  # noqa: E402
+from agentrl.cli import app
+from agentrl.envs import make_env
+from agentrl.envs.openenv import OpenEnvEnv, ToolEnv
+from agentrl.runs.serve import serving
 
 # a random slippery map per seed: the same transitions need the same seed to reach the env's generator
 SERVED = ["env=frozenlake", "env.map=random", "env.slippery=true"]

@@ -13,6 +13,7 @@ import sys
 import types
 from pathlib import Path
 
+import mlflow  # the dev extra installs mlflow-skinny and wandb: no skip
 import pytest
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
@@ -20,9 +21,6 @@ from typer.testing import CliRunner
 from agentrl.cli import app
 from agentrl.runs import trackers
 from agentrl.runs.runlog import MetricsLog, checkpoint_problem
-
-mlflow = pytest.importorskip("mlflow")
-pytest.importorskip("wandb")
 
 TINY = [
     "model=tiny-random",

@@ -61,8 +61,8 @@ class AgentRLConfig(Schema):
     )
     report_to: Any = setting(
         "tensorboard",
-        "train: the experiment trackers metrics go to besides metrics.jsonl: tensorboard (run_dir/tb/), wandb, "
-        "mlflow, trackio, a list of them ([wandb,tensorboard]) or none",
+        "train: the experiment trackers metrics go to besides metrics.jsonl: tensorboard (run_dir/tb/), "
+        "wandb, mlflow, trackio, a list of them ([wandb,tensorboard]) or none",
     )
     eval: EvalConfig = setting(factory=EvalConfig, help="held-out evaluation settings")
     env: Any = setting(None, "the environment (env=<option>, conf/env/)")
