@@ -361,9 +361,10 @@ def figure_learning_curves(
     Columns: per algorithm family, progress (DQN: env steps; LLM algorithms: iterations) and wall-clock,
     each family on its own x-axes so neither squashes the other. Rows: training success, return and
     invalid-answer rate (the sampled policy), then the greedy held-out eval's, with the before-training
-    (hollow circle) and final (star) evals marked (the invalid rows where metrics.jsonl logs them); complete eval-only runs of the env appear there as horizontal
-    reference lines. Rows share their y-axis, columns their x-axis. One legend, outside the axes;
-    `styles` (default: `style_map` of these runs) keeps an entry's look across figures."""
+    (hollow circle) and final (star) evals marked (the invalid rows where metrics.jsonl logs them);
+    complete eval-only runs of the env appear there as horizontal reference lines. Rows share their
+    y-axis, columns their x-axis. One legend, outside the axes; `styles` (default: `style_map` of these
+    runs) keeps an entry's look across figures."""
     import matplotlib
 
     matplotlib.use("Agg")

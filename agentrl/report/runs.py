@@ -42,9 +42,10 @@ FROM_RUN_MARKER = "from_run eval"
 #: override keys that are table columns already
 COLUMN_KEYS = frozenset({"env", "agent", "algo", "model", "seed", "task", "name"})
 #: override keys that say how a run was executed, logged, checkpointed or resumed, not what it
-#: computes, so they never define a variant. The time limit is here because the iterations a run
-#: reached are its own column; the periodic-eval keys change only the curve's sampling; `eval.episodes`
-#: changes how precisely the same quantity is measured (its stderr), not the quantity.
+#: computes, so they never define a variant. The time limit and the stop at a target success are here
+#: because the iterations a run reached are its own column; the periodic-eval keys change only the
+#: curve's sampling; `eval.episodes` changes how precisely the same quantity is measured (its stderr),
+#: not the quantity.
 BOOKKEEPING_KEYS = frozenset(
     {
         "resume",
@@ -53,6 +54,7 @@ BOOKKEEPING_KEYS = frozenset(
         "eval.episodes",
         "eval.lockstep",
         "algo.time_limit_minutes",
+        "algo.stop_at_success",
         "algo.torch_threads",
         "algo.device",
         "algo.eval_every",

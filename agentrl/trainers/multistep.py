@@ -228,7 +228,10 @@ def _build_agents(cfg: DictConfig, spec: Any, algo: Any, loaded: LoadedPolicy) -
 
     warn_if_lenient(cfg)
     if spec.name == "rlft" and not cfg.agent.get("cot", False):
-        log.warning("algo=rlft trains rationales, and agent.cot=false asks for none: only the answer trains")
+        log.warning(
+            "algo=rlft trains rationales: agent.cot=false asks for none, so only the answer trains "
+            "(agent.cot=true is its default)"
+        )
     if spec.decision != cfg.agent.get("decision", "generate"):
         # the algorithm decides how its policy acts (TWOSOME's scores every valid action)
         cfg = OmegaConf.merge(cfg, {"agent": {"decision": spec.decision}})
@@ -395,8 +398,8 @@ def _train(
     wants_before: bool,
 ) -> float:
     """`trainer.train` with the run's callbacks (eval before training, rollout-cache reset, time limit,
-    periodic eval and its stop at a target, checkpoints, metrics.jsonl, signals); a stopping signal saves and raises. Returns the
-    seconds training took."""
+    periodic eval and its stop at a target, checkpoints, metrics.jsonl, signals); a stopping signal saves
+    and raises. Returns the seconds training took."""
     main = dist.is_main()
     pending: dict[str, Any] = {}
     minutes = algo.time_limit_minutes
