@@ -80,11 +80,11 @@ def _padded_gather(accelerator: Any) -> Callable[[Any], Any]:
 
 
 @contextlib.contextmanager
-def _without_log(logger: str, prefix: str) -> Iterator[None]:
-    """Drops the records of `logger` whose message starts with `prefix` while the block runs."""
+def _without_log(logger: str, text: str) -> Iterator[None]:
+    """Drops the records of `logger` whose message holds `text` while the block runs."""
 
     def keep(record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(prefix)
+        return text not in record.getMessage()
 
     target = logging.getLogger(logger)
     target.addFilter(keep)
