@@ -39,14 +39,16 @@ test: install
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
-# The main job on the embedded model: a short MS-GRPO run on Frozen Lake (CPU, a few minutes),
-# before/after greedy eval in eval.json, then tables and learning-curve plots from `agentrl report`.
-# No checkpoints or final model (a checkpoint of the 135M model is 0.5-1.6 GB): the demo writes a few MB.
+# The main job on the embedded model: MS-GRPO trains SmolLM2-135M on the fixed 4x4 Frozen Lake (CPU) until
+# the greedy eval succeeds (algo.stop_at_success, checked every 2 iterations; at most 15 minutes), then
+# `agentrl report` writes tables and plots (greedy success and invalid answers per iteration in
+# curves_frozenlake.png). No checkpoints or final model (a checkpoint of the 135M model is 0.5-1.6 GB): the
+# demo writes a few MB. Its last line: "greedy success <before> -> <after> in <training minutes> min".
 DEMO_DIR ?= outputs/demo
 demo: install
 	rm -rf $(DEMO_DIR)
-	$(BIN)/agentrl train experiment=frozenlake_learn algo.iterations=4 algo.time_limit_minutes=null \
-		algo.eval_every=2 algo.checkpoint_every=0 algo.save_final=false \
+	$(BIN)/agentrl train experiment=frozenlake_learn env.map=4x4 algo.stop_at_success=0.9 algo.eval_every=2 \
+		algo.iterations=120 algo.time_limit_minutes=15 algo.checkpoint_every=0 algo.save_final=false \
 		hydra.run.dir=$(DEMO_DIR)/train_frozenlake_msgrpo
 	$(BIN)/agentrl report $(DEMO_DIR)
 

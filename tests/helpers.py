@@ -74,3 +74,14 @@ def autocast_like_accelerate(model: Any) -> Any:
         torch.autocast("cpu", dtype=torch.bfloat16)(model.forward.__func__), model
     )
     return model
+
+
+def assert_title_clear(fig: Any) -> None:
+    """A figure's title overlaps none of its legends (a figure legend sits in the right margin from the
+    figure's top edge)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    assert fig.get_suptitle(), "no figure title"
+    title = fig._suptitle.get_window_extent(renderer)
+    for legend in fig.legends:
+        assert not title.overlaps(legend.get_window_extent(renderer)), "the title runs into the legend"

@@ -182,16 +182,16 @@ def test_damaged_newest_msgrpo_checkpoint_falls_back_to_the_older_one(tmp_path, 
 
     overrides = ["algo.iterations=3", "algo.checkpoint_every=1", "algo.eval_every=0"]
     train_llm(_msgrpo_cfg(*overrides), tmp_path, env_factory)
-    assert [n for n, _ in list_checkpoints(tmp_path)] == [1, 2]
-    weights = tmp_path / "checkpoint-2" / "model.safetensors"
+    assert [n for n, _ in list_checkpoints(tmp_path)] == [2, 3]  # the last iteration's too
+    weights = tmp_path / "checkpoint-3" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
 
     with caplog.at_level(logging.INFO):
         train_llm(_msgrpo_cfg(*overrides), tmp_path, env_factory, resume=True)
-    assert "Skipping checkpoint-2: model.safetensors has" in caplog.text
-    assert f"Resuming from {tmp_path / 'checkpoint-1'}" in caplog.text
+    assert "Skipping checkpoint-3: model.safetensors has" in caplog.text
+    assert f"Resuming from {tmp_path / 'checkpoint-2'}" in caplog.text
     assert logged_iterations(tmp_path) == [1, 2, 3]
-    assert checkpoint_problem(tmp_path / "checkpoint-2") is None  # written again by the resumed run
+    assert checkpoint_problem(tmp_path / "checkpoint-3") is None  # written again by the resumed run
 
 
 def test_model_only_checkpoint_resumes_with_a_fresh_optimizer(tmp_path, monkeypatch, caplog):

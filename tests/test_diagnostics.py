@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import assert_title_clear
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -273,6 +274,24 @@ def _eval_cli(run: Path, agent: str) -> dict[str, Any]:
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return json.loads((run / "eval.json").read_text())
+
+
+def test_the_decision_plots_title_stays_clear_of_its_legend(tmp_path):
+    """A long title (every entry's shared overrides) is wrapped beside the legend, not under it."""
+    import matplotlib.pyplot as plt
+
+    shared = ["env.reward=gaussian", "env.gaussian_sd=0.5", "env.horizon=12", "env.history=12"]
+    for agent in ("planner", "random"):
+        args = ["eval", "env=bandit", f"agent={agent}", *shared, "eval.episodes=2"]
+        result = CliRunner().invoke(app, [*args, f"hydra.run.dir={tmp_path / 'runs' / agent}"])
+        assert result.exit_code == 0, result.output
+    groups = summarise_groups([load_run(p) for p in find_runs([tmp_path / "runs"])])
+    fig = figure_decision_curves(summarise_decisions(groups), "bandit")
+    try:
+        assert "env.gaussian_sd=0.5" in fig.get_suptitle()
+        assert_title_clear(fig)
+    finally:
+        plt.close(fig)
 
 
 def test_eval_json_and_report(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -202,7 +203,7 @@ def test_the_value_head_has_its_own_optimizer_saved_and_restored(tmp_path, monke
         loaded.append(copy.deepcopy(self.head_optimizer.state_dict()))  # Adam updates it in place
 
     monkeypatch.setattr(MultiStepTrainer, "_load_head_optimizer", load_spy)
-    assert not (tmp_path / "checkpoint-2").exists()  # the last iteration is not checkpointed: resume at 1
+    shutil.rmtree(tmp_path / "checkpoint-2")  # the last iteration's: resume at 1, from the saved moments
     train_llm(_cfg(*POAD, "algo.iterations=2"), tmp_path, env_factory, resume=True)
     restored = loaded[0]["state"]
     for key, moments in saved["optimizer"]["state"].items():
@@ -330,7 +331,7 @@ def test_fsdp2_trains_checkpoints_and_resumes_on_two_cpu_processes(tmp_path, ove
 
     run = tmp_path / "run"
     _fsdp2_train(run, *overrides, "algo.iterations=2")
-    checkpoint = run / "checkpoint-1"
+    checkpoint = run / "checkpoint-2"  # the last iteration's: the resume continues from it
     files = {p.name for p in checkpoint.iterdir()}
     assert {"optimizer.bin", "scheduler.pt", "rng_state_0.pth", "rng_state_1.pth"} <= files
     assert (run / "eval_before.json").is_file() and (run / "eval.json").is_file()
@@ -378,20 +379,20 @@ def _zero3_train(run: Path, *overrides: str, dump: Path | None = None) -> None:
 )
 def test_zero3_trains_checkpoints_and_resumes_on_two_cpu_processes(tmp_path, overrides):
     """Deliverable 2 under DeepSpeed ZeRO-3 with its CPU accelerator: the eval before, 2 iterations, a
-    checkpoint with DeepSpeed's partitions (`global_step1/`), resume with each process's Adam moments
+    checkpoint with DeepSpeed's partitions (`global_step2/`), resume with each process's Adam moments
     restored exactly, the eval after."""
     pytest.importorskip("deepspeed")
     from tests.helpers import logged_iterations
 
     run = tmp_path / "run"
     _zero3_train(run, *overrides, "algo.iterations=2")
-    checkpoint = run / "checkpoint-1"
+    checkpoint = run / "checkpoint-2"  # the last iteration's: the resume continues from it
     assert (run / "eval_before.json").is_file() and (run / "eval.json").is_file()
     dump = tmp_path / "loaded"
     _zero3_train(run, "algo.iterations=3", dump=dump)
     assert logged_iterations(run) == [1, 2, 3]
     for rank in (0, 1):
-        file = checkpoint / "global_step1" / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
+        file = checkpoint / "global_step2" / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
         saved = torch.load(file, weights_only=False)["optimizer_state_dict"]["optimizer_state_dict"]["state"]
         loaded = torch.load(f"{dump}.{rank}", weights_only=False)["state"]
         assert saved.keys() == loaded.keys() and saved

@@ -10,6 +10,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from helpers import assert_title_clear
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
@@ -168,6 +169,36 @@ def test_zero_shot_and_transfer_sections(runs, tmp_path):
     assert transfer.trained_env_success == pytest.approx(own.success[0])
     # transfer evals never enter the main table's frozenlake cells
     assert all(r.seeds == 3 for r in report.section(MAIN))
+
+
+def test_paper_plots_name_methods_show_zero_bars_and_keep_titles_clear(runs, tmp_path):
+    """paper_bars.png names each method under its bar (with its seeds) and writes every bar's value, so a
+    zero bar is seen; neither figure's title runs into its legend."""
+    import matplotlib.pyplot as plt
+
+    from agentrl.report.paper import _styles, figure_paper_bars, figure_paper_curves
+
+    for seed in SEEDS:  # the frozenlake AAW runs end at success 0
+        path = runs / f"train_frozenlake_aaw_{seed}" / "eval.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "success_rate": 0.0}))
+    report = build_paper_report([runs], tmp_path / "report")
+    styles = _styles([r.method for r in report.runs])
+    bars = figure_paper_bars(report.section(MAIN), styles)
+    curves = figure_paper_curves(report.runs, styles)
+    try:
+        assert_title_clear(bars)
+        assert_title_clear(curves)
+        panel = next(ax for ax in bars.axes if ax.get_title() == "frozenlake: success rate")
+        ticks = [t.get_text().split("\n") for t in panel.get_xticklabels()]
+        assert ticks == [["algo.aaw.enabled=", "false", "n=3"], ["algo.aaw.enabled=", "true", "n=3"]]
+        values = [t.get_text() for t in panel.texts]
+        assert (
+            "0.00" in values
+            and f"{_expected([_success('frozenlake', 'uniform', s) for s in SEEDS])[0]:.2f}" in values
+        )
+    finally:
+        plt.close(bars)
+        plt.close(curves)
 
 
 def test_cli_table_paper(runs, tmp_path):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from helpers import assert_title_clear
 from omegaconf import OmegaConf
 from PIL import Image
 from rich.console import Console
@@ -414,6 +415,8 @@ def test_twelve_groups_no_label_overlaps_and_legend_outside(tmp_path):
         _assert_no_overlap(curves)
         _assert_legend_outside(bars)
         _assert_legend_outside(curves)
+        assert_title_clear(bars)
+        assert_title_clear(curves)
         names = [t.get_text() for t in bars.axes[0].get_yticklabels()]
         assert len(names) == 12 and all("(1 seed)" in n for n in names)
         assert "resume" not in " ".join(names) and "hydra" not in " ".join(names)
@@ -439,6 +442,7 @@ def test_small_reports_no_label_overlaps(tmp_path, n_runs):
         try:
             _assert_no_overlap(fig)
             _assert_legend_outside(fig)
+            assert_title_clear(fig)
         finally:
             plt.close(fig)
 
@@ -506,6 +510,64 @@ def test_greedy_eval_curve_marks_before_and_final(tmp_path):
         plt.close(fig)
 
 
+def test_curves_show_invalid_answers_and_mark_whole_iterations(tmp_path):
+    """Training and greedy-eval invalid-answer rates get their own rows; the mean over seeds of short runs
+    is marked at the iterations the runs logged, and the iteration axis has no fractional ticks."""
+    import matplotlib.pyplot as plt
+
+    from agentrl.report import figure_learning_curves
+
+    for seed in (0, 1):
+        run = _msgrpo_run(tmp_path / f"run{seed}", seed, [], iterations=2, final=0.5)
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        for row in rows:
+            row["train/invalid_rate"] = 0.5 / row["iteration"] + 0.1 * seed
+        rows[0].update({"eval/success_rate": 0.0, "eval/invalid_rate": 0.25})
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fig = figure_learning_curves(_load(tmp_path), "frozenlake")
+    try:
+        labels = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()]
+        assert any(label.startswith("training invalid-answer rate") for label in labels), labels
+        assert any(label.startswith("greedy eval invalid-answer rate") for label in labels), labels
+        by_iteration = [ax for ax in fig.axes if ax.get_xlabel() == "iteration"]
+        column = [ax for ax in fig.axes if ax.get_subplotspec().colspan.start == 0]
+        assert by_iteration and len(column) == 6
+        invalid = next(ax for ax in column if ax.get_ylabel().startswith("training invalid"))
+        mean = max(invalid.lines, key=lambda line: line.get_linewidth())  # the mean over the 2 seeds
+        assert list(mean.get_xdata()) == [1, 2]
+        assert list(mean.get_ydata()) == pytest.approx([0.55, 0.3])
+        for ax in column:
+            marked = [
+                x
+                for line in ax.lines
+                if line.get_marker() not in (None, "None", "")
+                for x in line.get_xdata()
+            ]
+            assert all(float(x).is_integer() for x in marked), (ax.get_ylabel(), marked)
+            lo, hi = ax.get_xlim()
+            ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+            assert all(float(t).is_integer() for t in ticks), ticks
+    finally:
+        plt.close(fig)
+
+
+def test_a_seeds_runs_count_by_their_eval_episodes(tmp_path):
+    """Two evals of one seed, 100 and 10 episodes: the seed's value weighs each run by its episodes
+    (through `agentrl report`)."""
+    from typer.testing import CliRunner
+
+    from agentrl.cli import app
+
+    for name, episodes, ret in (("long", 100, 11.25), ("short", 10, 11.617)):
+        data = {**_eval(0.5, ret), "episodes": episodes}
+        make_run(tmp_path / "runs" / name, _config("eval", "snake", "planner", 0), ["agent=planner"], data)
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "runs"), "--out", str(tmp_path / "rep")])
+    assert result.exit_code == 0, result.output
+    (row,) = _csv(tmp_path / "rep" / "report_groups.csv")
+    assert (row["seeds"], row["runs"]) == ("1", "2")
+    assert float(row["return_mean"]) == pytest.approx((11.25 * 100 + 11.617 * 10) / 110)
+
+
 def test_variants_ignore_bookkeeping_overrides(tmp_path):
     from agentrl.report import BOOKKEEPING_KEYS, is_bookkeeping
 
@@ -533,7 +595,13 @@ def test_variants_ignore_bookkeeping_overrides(tmp_path):
     assert "resume=/runs/b" in b.other_overrides and "hydra/launcher=joblib" in b.other_overrides
     row = next(r for r in _csv(tmp_path / "rep" / "report.csv") if r["run"].endswith("b"))
     assert row["overrides"] == "algo.learning_rate=1e-5" and "resume=/runs/b" in row["other_overrides"]
-    assert {"resume", "from_run", "algo.eval_every", "algo.torch_threads"} <= BOOKKEEPING_KEYS
+    assert {
+        "resume",
+        "from_run",
+        "algo.eval_every",
+        "algo.torch_threads",
+        "algo.stop_at_success",
+    } <= BOOKKEEPING_KEYS
     assert not is_bookkeeping("algo.learning_rate=1e-5") and not is_bookkeeping("+experiment=x")
 
 

@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import interrupt_rollout
+from typer.testing import CliRunner
 
 from agentrl.algos import LLM_ALGORITHMS, poad, rlft
+from agentrl.cli import app
 from agentrl.config import compose_config, typed
 from agentrl.envs import env_factory
 from agentrl.errors import ConfigError
@@ -264,6 +266,33 @@ def test_train_on_the_bandit_checkpoints_resumes_and_penalises_invalid_answers(t
     assert len({s.action for s in invalid}) > 1
     # every step generated a rationale and an action: its whole completion is one training row
     assert all(s.generation is not None and s.completion_ids for s in steps)
+
+
+def test_algo_rlft_brings_the_papers_agent_settings():
+    """`algo=rlft` alone thinks first and plays a random action with -5 for an invalid answer, as the
+    paper's agent does; the command line still decides, and other algorithms keep the agent's defaults."""
+
+    def agent_line(*overrides: str) -> str:
+        result = CliRunner().invoke(app, ["train", *overrides, "--dry-run"])
+        assert result.exit_code == 0, result.output
+        return next(line for line in result.output.splitlines() if line.strip().startswith("agent"))
+
+    line = agent_line("algo=rlft")
+    assert "cot=true" in line and "invalid_rule=random" in line and "invalid_penalty=-5.0" in line
+    line = agent_line("algo=rlft", "agent.cot=false", "agent.invalid_penalty=-2")
+    assert "cot=false" in line and "invalid_penalty=-2.0" in line
+    line = agent_line("algo=msgrpo")
+    assert "cot=false" in line and "invalid_rule=penalty_default" in line and "invalid_penalty=-1.0" in line
+
+
+def test_trl_does_not_warn_that_the_reference_models_settings_are_ignored(tmp_path):
+    """With a KL term TRL builds its reference model from `model_init_kwargs`: its warning that they
+    "will be ignored" (the policy comes as a model) is wrong and stays out of the output."""
+    args = [o for o in RUN if o != "task=train"]
+    result = CliRunner().invoke(app, ["train", *args, "algo.iterations=1", f"hydra.run.dir={tmp_path}"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "eval.json").read_text())["algo"] == "rlft"
+    assert "model_init_kwargs" not in result.output
 
 
 def test_training_without_rationales_warns(monkeypatch, caplog, tmp_path):

@@ -12,6 +12,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from agentrl.cli import app
@@ -303,6 +305,47 @@ def test_resume_with_more_iterations_continues_time_adds_up_overrides_stay_clean
     assert overrides == [o.replace("algo.iterations=2", "algo.iterations=4") for o in original]
     assert sum("task=" in o for o in overrides) == 1
     assert not [o for o in overrides if "resume" in o or "hydra." in o]
+
+
+def test_extending_a_complete_run_continues_from_its_last_iteration(msgrpo_run, tmp_path):
+    """The last iteration is checkpointed: `resume=<complete run> algo.iterations=<more>` continues from
+    the trained weights (final/'s, with their optimizer), exactly as a run that trains that far at once."""
+    run = copy_run(msgrpo_run, tmp_path / "run")
+    last, final = (load_file(run / name / "model.safetensors") for name in ("checkpoint-2", "final"))
+    assert last.keys() == final.keys() and all(torch.equal(last[k], final[k]) for k in last)
+
+    result = invoke("train", f"resume={run}", "algo.iterations=3")
+    assert result.exit_code == 0, result.output
+    assert f"Resuming from {run / 'checkpoint-2'}" in result.output
+    assert iterations(run) == [1, 2, 3]
+
+    at_once = tmp_path / "at_once"
+    args = [o for o in MSGRPO if not o.startswith("algo.iterations=")]
+    result = invoke("train", *args, "algo.iterations=3", f"hydra.run.dir={at_once}")
+    assert result.exit_code == 0, result.output
+    extended, straight = (load_file(r / "final" / "model.safetensors") for r in (run, at_once))
+    assert all(torch.equal(extended[k], straight[k]) for k in straight)  # bit for bit
+
+
+def test_resuming_does_not_call_the_tied_lm_head_missing(msgrpo_run, tmp_path):
+    """A tied LM head is saved once, as the embedding: loading a checkpoint restores it without the
+    Trainer's "missing keys in the checkpoint model loaded: ['lm_head.weight']"."""
+    import logging
+
+    run = copy_run(msgrpo_run, tmp_path / "run")
+    shutil.rmtree(run / "checkpoint-2", ignore_errors=True)  # resume from checkpoint-1
+    warnings: list[str] = []
+    collect = logging.Handler(logging.WARNING)
+    collect.emit = lambda record: warnings.append(record.getMessage())  # type: ignore[method-assign]
+    transformers = logging.getLogger("transformers")  # its records do not reach the root logger
+    transformers.addHandler(collect)
+    try:
+        result = invoke("train", f"resume={run}", "algo.iterations=3")
+    finally:
+        transformers.removeHandler(collect)
+    assert result.exit_code == 0, result.output
+    assert f"Resuming from {run / 'checkpoint-1'}" in result.output
+    assert not [w for w in warnings if "missing keys" in w], warnings
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -39,6 +39,42 @@ def test_train_msgrpo_two_iterations_through_the_cli(tmp_path):
     assert logged_iterations(run) == [1, 2]
     assert (run / "final" / "config.json").is_file()
     assert (run / ".hydra" / "config.yaml").is_file()
+    # the run in one line: greedy success before -> after, and the training minutes
+    before, after = saved["before"]["success_rate"], saved["success_rate"]
+    line = f"greedy success {before:.2f} -> {after:.2f} in {saved['train_time_s'] / 60:.1f} min"
+    assert line in result.output.splitlines()
+
+
+def test_training_stops_at_the_target_success_and_checkpoints_there(tmp_path, monkeypatch):
+    """algo.stop_at_success ends training after the periodic eval that reaches it (the final eval and
+    eval.json follow, with the iterations trained), and that last iteration is checkpointed."""
+    import agentrl.evaluation
+
+    real = agentrl.evaluation.evaluate
+
+    def evaluate(*args, description: str = "", **kwargs):
+        metrics, episodes = real(*args, description=description, **kwargs)
+        if description == "eval @ 3":  # the tiny random model never succeeds: say it did here
+            metrics = {**metrics, "success_rate": 1.0}
+        return metrics, episodes
+
+    monkeypatch.setattr(agentrl.evaluation, "evaluate", evaluate)
+    run = tmp_path / "run"
+    args = [
+        "train",
+        *TINY,
+        "algo.iterations=8",
+        "algo.eval_every=1",
+        "algo.stop_at_success=0.9",
+        "algo.checkpoint_every=5",
+        f"hydra.run.dir={run}",
+    ]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert logged_iterations(run) == [1, 2, 3]
+    saved = json.loads((run / "eval.json").read_text())
+    assert saved["iterations"] == 3 and rundir.read_status(run)["status"] == "complete"
+    assert (run / "checkpoint-3").is_dir() and (run / "final").is_dir()
 
 
 def test_killed_run_resumes_without_duplicatelogged_iterations(tmp_path):

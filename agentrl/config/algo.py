@@ -176,9 +176,18 @@ class LLMAlgoConfig(Schema):
     eval_temperature: float = setting(
         0.0, "evaluation temperature; 0 = greedy (the authors' code: 0.5)", ge=0
     )
+    stop_at_success: float | None = setting(
+        None,
+        "stop after the periodic eval (algo.eval_every) whose success rate reaches this; the final eval"
+        " follows (null: train on)",
+        gt=0,
+        le=1,
+    )
     eval_before: bool = setting(True, "evaluate the base policy before training (eval.json before)")
     checkpoint_every: int = setting(
-        25, "iterations between checkpoint-<iteration>/ (0: only on a stop signal)", ge=0
+        25,
+        "iterations between checkpoint-<iteration>/, and the last iteration (0: only on a stop signal)",
+        ge=0,
     )
     keep_checkpoints: int = setting(
         2, "newest checkpoints kept (optimizer state makes them ~3x the model)", ge=1

@@ -25,9 +25,9 @@ listed apart with its reason and never stops the report.
 
 Aggregates: complete runs that share (env, agent/algo, model) and the same variant form a group,
 reported as mean ± standard error across distinct seeds (runs that repeat a seed are averaged into
-that seed first; stderr = sample std / sqrt(n seeds)). A variant is the run's overrides minus the
-table columns and the bookkeeping keys (`BOOKKEEPING_KEYS`: how a run was executed, logged or
-resumed, not what it computes).
+that seed first, each weighted by its eval episodes; stderr = sample std / sqrt(n seeds)). A variant
+is the run's overrides minus the table columns and the bookkeeping keys (`BOOKKEEPING_KEYS`: how a run
+was executed, logged or resumed, not what it computes).
 """
 
 from __future__ import annotations

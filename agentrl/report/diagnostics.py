@@ -199,8 +199,7 @@ def figure_decision_curves(summaries: Sequence[DecisionSummary], env: str, style
         "Decision-making diagnostics on held-out episodes\n(bands: mean ± stderr over episodes, seeds pooled)"
     )
     title += f"; all entries: {textwrap.shorten(labeller.common, 60)}" if labeller.common else ""
-    fig.suptitle(title, fontsize=11)
-    _add_legend(fig, handles)
+    _add_legend(fig, handles, title=title)
     return fig
 
 

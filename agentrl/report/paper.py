@@ -24,6 +24,7 @@ import csv
 import functools
 import logging
 import math
+import re
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -181,7 +182,8 @@ def _name_methods(runs: Sequence[PaperRun]) -> str:
 # aggregation
 # ---------------------------------------------------------------------------------------------
 def _stat(runs: Sequence[RunRecord], get: Callable[[RunRecord], float | None]) -> tuple[float, float]:
-    return mean_stderr(_seed_values(runs, get))
+    """Mean ± stderr over seeds of an eval number (a seed's runs weighted by their eval episodes)."""
+    return mean_stderr(_seed_values(runs, get, per_episode=True))
 
 
 def _row(section: str, env: str, method: str, members: list[PaperRun], trained_env: str | None) -> Row:
@@ -422,8 +424,9 @@ def figure_paper_curves(runs: Sequence[PaperRun], styles: dict[str, Any]) -> Any
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
 
-    from agentrl.report.plots import _draw_group, _eval_points, _PlotGroup, _series
+    from agentrl.report.plots import _add_legend, _draw_group, _eval_points, _PlotGroup, _series
 
     trained = [r for r in runs if r.record.is_training and r.record.curve]
     if not trained:
@@ -468,6 +471,7 @@ def figure_paper_curves(runs: Sequence[PaperRun], styles: dict[str, Any]) -> Any
             ax.grid(alpha=0.3)
             ax.set_ylabel(ylabel, fontsize=9)
             ax.set_xlabel("env steps" if family == "dqn" else "iteration", fontsize=9)
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))  # no iteration 0.5
             ax.tick_params(labelsize=8)
             if r_i == 0:
                 ax.set_title(env, fontsize=10)
@@ -483,8 +487,7 @@ def figure_paper_curves(runs: Sequence[PaperRun], styles: dict[str, Any]) -> Any
         )
         for m, n in sorted(shown.items(), key=lambda kv: _natural(kv[0]))
     ]
-    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
-    fig.suptitle("Learning curves (line: mean over seeds; band: ± stderr)", fontsize=11)
+    _add_legend(fig, handles, title="Learning curves (line: mean over seeds; band: ± stderr)")
     return fig
 
 
@@ -492,10 +495,36 @@ def figure_paper_curves(runs: Sequence[PaperRun], styles: dict[str, Any]) -> Any
 BAR_COLUMNS = 4
 
 
+def _bar_names(rows: Sequence[Row]) -> dict[str, str]:
+    """Each method's name under its bar: without the agent / model head when every method shares it."""
+    heads = {r.method: _head(r.runs[0].agent, r.runs[0].model) for r in rows if r.runs}
+    shared = next(iter(heads.values())) if len(set(heads.values())) == 1 else None
+    names = {}
+    for method in {r.method for r in rows}:
+        rest = method.removeprefix(shared).strip() if shared and method.startswith(shared) else ""
+        names[method] = rest or method
+    return names
+
+
+def _tick_label(name: str, width: int, max_lines: int = 4) -> str:
+    """`name` on lines of about `width` characters, broken after a space, `=`, `.` or `/` (never inside
+    a word: `algo.aaw.enabled=` / `false`)."""
+    lines: list[str] = []
+    for token in re.split(r"(?<=[ =./])", name):
+        if lines and len(lines[-1]) + len(token.rstrip()) <= width:
+            lines[-1] += token
+        else:
+            lines.append(token)
+    lines = [line.strip() for line in lines if line.strip()]
+    if len(lines) > max_lines:
+        lines = [*lines[: max_lines - 1], lines[max_lines - 1] + "…"]
+    return "\n".join(lines)
+
+
 def figure_paper_bars(rows: Sequence[Row], styles: dict[str, Any]) -> Any:
     """The main table as bars: a grid of small panels, one per env and metric (success rate, then mean
-    return), up to `BAR_COLUMNS` per row; one bar per method with a ± stderr error bar, a marker at
-    its value (a zero bar stays visible) and n seeds as the bar's tick label."""
+    return), up to `BAR_COLUMNS` per row; one bar per method, named under it with its n seeds, with a
+    ± stderr error bar and its value written at its end (so a zero bar is seen)."""
     if not rows:
         return None
     import matplotlib
@@ -504,16 +533,19 @@ def figure_paper_bars(rows: Sequence[Row], styles: dict[str, Any]) -> Any:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    from agentrl.report.plots import _add_legend
+
     envs = sorted({r.env for r in rows}, key=_natural)
     methods = sorted({r.method for r in rows}, key=_natural)
     cells = {(r.env, r.method): r for r in rows}
+    names = _bar_names(rows)
     ncols = min(BAR_COLUMNS, len(envs))
     env_rows = math.ceil(len(envs) / ncols)
     metrics = (("success", "success rate"), ("episode_return", "mean return"))
     fig, axes = plt.subplots(
         env_rows * len(metrics),
         ncols,
-        figsize=(2.9 * ncols + 3.4, 2.5 * env_rows * len(metrics) + 0.8),
+        figsize=(2.9 * ncols + 3.4, 2.9 * env_rows * len(metrics) + 0.8),
         squeeze=False,
         layout="constrained",
     )
@@ -525,35 +557,54 @@ def figure_paper_bars(rows: Sequence[Row], styles: dict[str, Any]) -> Any:
                 continue
             env = envs[e_i]
             present = [m for m in methods if (env, m) in cells]
+            ends = []
             for x, method in enumerate(present):
                 row = cells[(env, method)]
                 mean, err = getattr(row, attr)
-                mean = 0.0 if math.isnan(mean) else mean
+                err = 0.0 if math.isnan(err) else err
                 style = styles[method]
                 ax.bar(
                     x,
-                    mean,
+                    0.0 if math.isnan(mean) else mean,
                     width=0.8,
-                    yerr=0.0 if math.isnan(err) else err,
+                    yerr=err,
                     capsize=3,
                     color=style.colour,
                     hatch=style.hatch,
                     edgecolor="black",
                     linewidth=0.5,
                 )
-                ax.plot([x], [mean], marker="_", markersize=14, mew=2.2, color="black", zorder=4)
+                if not math.isnan(mean):
+                    # the value past the error bar's end, above a bar that rises and below one that falls
+                    end = mean + err if mean >= 0 else mean - err
+                    ends.append(end)
+                    ax.annotate(
+                        f"{mean:.2f}",
+                        (x, end),
+                        xytext=(0, 2 if mean >= 0 else -2),
+                        textcoords="offset points",
+                        ha="center",
+                        va="bottom" if mean >= 0 else "top",
+                        fontsize=7,
+                    )
+            rotate = len(present) > 4
+            width = 26 if rotate else max(8, 40 // max(len(present), 1))
             ax.set_xticks(range(len(present)))
             ax.set_xticklabels(
-                [f"n={cells[(env, m)].seeds}" for m in present],
+                [f"{_tick_label(names[m], width)}\nn={cells[(env, m)].seeds}" for m in present],
                 fontsize=7,
-                rotation=90 if len(present) > 4 else 0,
+                rotation=90 if rotate else 0,
             )
             ax.set_xlim(-0.6, max(len(present), 1) - 0.4)
             ax.axhline(0, color="black", lw=0.6)
             ax.grid(axis="y", alpha=0.3)
             ax.tick_params(axis="y", labelsize=7)
             if attr == "success":
-                ax.set_ylim(0, 1.05)
+                ax.set_ylim(0, 1.12)  # room for a value written above a full bar
+            else:
+                lo, hi = min([0.0, *ends]), max([0.0, *ends])
+                pad = 0.15 * (hi - lo or 1.0)
+                ax.set_ylim(lo - (pad if lo < 0 else 0), hi + (pad if hi > 0 else 0))
             ax.set_title(f"{env}: {ylabel}", fontsize=9)
             if e_i % ncols == 0:
                 ax.set_ylabel(ylabel, fontsize=8)
@@ -561,10 +612,11 @@ def figure_paper_bars(rows: Sequence[Row], styles: dict[str, Any]) -> Any:
         Patch(facecolor=styles[m].colour, hatch=styles[m].hatch, edgecolor="black", label=_wrapped(m))
         for m in methods
     ]
-    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
-    fig.suptitle(
-        "Final held-out eval by method (error bars: ± stderr over seeds; black tick: the value; n seeds)",
-        fontsize=10,
+    _add_legend(
+        fig,
+        handles,
+        title="Final held-out eval by method (error bars: ± stderr over seeds; n seeds under each bar)",
+        title_size=10,
     )
     return fig
 

@@ -16,8 +16,11 @@ import numpy as np
 from agentrl.report.runs import (
     COMPLETE,
     CORRUPT,
+    EVAL_CURVE_KEYS,
+    EVAL_INVALID_KEYS,
     EVAL_RETURN_KEYS,
     EVAL_SUCCESS_KEYS,
+    TRAIN_INVALID_KEYS,
     TRAIN_RETURN_KEYS,
     TRAIN_SUCCESS_KEYS,
     GroupSummary,
@@ -166,8 +169,7 @@ def _series(run: RunRecord, keys: Sequence[str], x_key: str) -> tuple[np.ndarray
 def _eval_points(run: RunRecord, metric: str, x_key: str) -> dict[str, Any]:
     """The greedy evals of one training run on one x-axis: `before` (x = 0, eval.json `before`),
     the periodic `eval/` rows, and `final` (eval.json, at the last iteration / env step / time)."""
-    keys = EVAL_SUCCESS_KEYS if metric == "success_rate" else EVAL_RETURN_KEYS
-    periodic = _series(run, keys, x_key)
+    periodic = _series(run, EVAL_CURVE_KEYS[metric], x_key)
     xs, ys = ([], []) if periodic is None else (list(periodic[0]), list(periodic[1]))
     before = run.before(metric)
     final = run.metric(metric)
@@ -263,7 +265,8 @@ def _draw_group(
     if several:
         lo, hi = max(c[0][0] for c in curves), min(c[0][-1] for c in curves)
         if hi > lo:
-            grid = np.linspace(lo, hi, 100)
+            # at the x values the runs logged (iterations stay whole numbers), interpolated in between
+            grid = np.unique(np.concatenate([xs[(xs >= lo) & (xs <= hi)] for xs, _ in curves]))
             stack = np.stack([np.interp(grid, xs, ys) for xs, ys in curves])
             mean = stack.mean(axis=0)
             err = stack.std(axis=0, ddof=1) / math.sqrt(len(curves))
@@ -274,7 +277,7 @@ def _draw_group(
                 linestyle=st.linestyle,
                 lw=2,
                 marker=st.marker,
-                markevery=12,
+                markevery=max(1, len(grid) // 8),
                 markersize=5,
             )
             ax.fill_between(grid / scale, mean - err, mean + err, color=st.colour, alpha=0.2, lw=0)
@@ -287,14 +290,16 @@ def _mean_point(points: list[tuple[float, float] | None]) -> tuple[float, float]
     return float(np.mean([p[0] for p in found])), float(np.mean([p[1] for p in found]))
 
 
-def _add_legend(fig: Any, handles: list[Any], fontsize: float = 8) -> Any:
+def _add_legend(
+    fig: Any, handles: list[Any], fontsize: float = 8, title: str | None = None, title_size: float = 11
+) -> Any:
     """One legend for the whole figure, outside every axes (right of them), in as many columns as the
-    figure's height needs."""
+    figure's height needs; `title`, the figure's title, goes beside it (`_title_beside`)."""
     lines = sum(h.get_label().count("\n") + 1 for h in handles)
     height_pt = fig.get_figheight() * 72
     capacity = max(1, int(height_pt * 0.85 / (fontsize * 1.45)))
     ncols = max(1, math.ceil(lines / capacity))
-    return fig.legend(
+    legend = fig.legend(
         handles=handles,
         loc="outside right upper",
         fontsize=fontsize,
@@ -303,6 +308,25 @@ def _add_legend(fig: Any, handles: list[Any], fontsize: float = 8) -> Any:
         handlelength=3.2,
         labelspacing=0.7,
     )
+    if title is not None:
+        _title_beside(fig, legend, title, title_size)
+    return legend
+
+
+def _title_beside(fig: Any, legend: Any, title: str, size: float) -> Any:
+    """The figure's title centred over the part of the figure left of `legend`, its lines wrapped to fit
+    there: a legend in the right margin starts at the figure's top edge, where a title centred on the
+    whole figure runs into it."""
+    fig.draw_without_rendering()  # the layout places the legend
+    renderer = fig.canvas.get_renderer()
+    room = legend.get_window_extent(renderer).x0 - 12.0  # pixels left of the legend, less a gap
+    text = fig.suptitle(title, x=room / 2 / fig.bbox.width, fontsize=size)
+    lines = title.split("\n")
+    width = max(len(line) for line in lines)
+    while text.get_window_extent(renderer).width > room and width > 20:
+        width = int(width * 0.9)
+        text.set_text("\n".join(part for line in lines for part in textwrap.wrap(line, width) or [""]))
+    return text
 
 
 def _legend_handles(groups: Sequence[_PlotGroup], marked: set[str]) -> list[Any]:
@@ -335,11 +359,12 @@ def figure_learning_curves(
     """The learning-curve figure of one env's runs, or None without curves.
 
     Columns: per algorithm family, progress (DQN: env steps; LLM algorithms: iterations) and wall-clock,
-    each family on its own x-axes so neither squashes the other. Rows: training success and return (the
-    sampled policy), then the greedy held-out eval success and return with the before-training (hollow
-    circle) and final (star) evals marked; complete eval-only runs of the env appear there as horizontal
-    reference lines. Rows share their y-axis, columns their x-axis. One legend, outside the axes;
-    `styles` (default: `style_map` of these runs) keeps an entry's look across figures."""
+    each family on its own x-axes so neither squashes the other. Rows: training success, return and
+    invalid-answer rate (the sampled policy), then the greedy held-out eval's, with the before-training
+    (hollow circle) and final (star) evals marked (the invalid rows where metrics.jsonl logs them);
+    complete eval-only runs of the env appear there as horizontal reference lines. Rows share their
+    y-axis, columns their x-axis. One legend, outside the axes; `styles` (default: `style_map` of these
+    runs) keeps an entry's look across figures."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -361,13 +386,17 @@ def figure_learning_curves(
             "training success rate\n(sampled policy)",
         ),
         ("train", "mean_return", TRAIN_RETURN_KEYS, "training mean return\n(sampled policy)"),
+        ("train", "invalid_rate", TRAIN_INVALID_KEYS, "training invalid-answer rate\n(sampled policy)"),
         ("eval", "success_rate", EVAL_SUCCESS_KEYS, "greedy eval success rate\n(held-out seeds)"),
         ("eval", "mean_return", EVAL_RETURN_KEYS, "greedy eval mean return\n(held-out seeds)"),
+        ("eval", "invalid_rate", EVAL_INVALID_KEYS, "greedy eval invalid-answer rate\n(held-out seeds)"),
     ]
 
     def has_data(kind: str, metric: str, keys: Sequence[str], run: RunRecord) -> bool:
         if _series(run, keys, "iteration") is not None:
             return True
+        if metric == "invalid_rate":  # eval.json has one for every agent: a row only where curves log it
+            return False
         return kind == "eval" and (run.before(metric) is not None or run.metric(metric) is not None)
 
     rows = [row for row in rows if any(has_data(*row[:3], r) for r in trained)]
@@ -382,7 +411,7 @@ def figure_learning_curves(
     fig, axes = plt.subplots(
         len(rows),
         len(columns),
-        figsize=(3.5 * len(columns) + 3.8, 2.6 * len(rows) + 1.0),
+        figsize=(3.5 * len(columns) + 3.8, (2.6 if len(rows) <= 4 else 2.2) * len(rows) + 1.0),
         squeeze=False,
         sharey="row",
         sharex="col",
@@ -420,13 +449,14 @@ def figure_learning_curves(
                         ax.plot([point[0] / s], [point[1]], color=group.style.colour, zorder=5, **kw)
             if kind == "eval":
                 for group in (g for g in groups if g.baseline):
-                    value = mean_stderr(_seed_values(group.runs, lambda m, k=metric: m.metric(k)))[0]
+                    value = mean_stderr(_seed_values(group.runs, lambda m, k=metric: m.metric(k), True))[0]
                     if not math.isnan(value):
                         ax.axhline(value, color=group.style.colour, linestyle=group.style.linestyle, lw=1.2)
-            ax.xaxis.set_major_locator(MaxNLocator(nbins=5, min_n_ticks=3))
+            # iterations and env steps are whole numbers: no tick at iteration 0.5
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=5, min_n_ticks=3, integer=x_key == "iteration"))
             if x_key == "iteration" and fam == "dqn":
                 ax.xaxis.set_major_formatter(EngFormatter(sep=""))
-            if metric == "success_rate":
+            if metric in ("success_rate", "invalid_rate"):
                 ax.set_ylim(-0.04, 1.04)
             ax.grid(alpha=0.3)
             if c == 0:
@@ -438,8 +468,7 @@ def figure_learning_curves(
             ax.tick_params(labelsize=8)
     title = f"Learning curves: {env} (bands: mean ± stderr over seeds)"
     title += f"\nall entries: {textwrap.shorten(common, 140)}" if common else ""
-    fig.suptitle(title, fontsize=11)
-    _add_legend(fig, _legend_handles(groups, marked))
+    _add_legend(fig, _legend_handles(groups, marked), title=title)
     return fig
 
 
@@ -541,10 +570,11 @@ def figure_final_eval(groups: Sequence[GroupSummary], styles: dict[StyleKey, Sty
             ax.tick_params(axis="x", labelsize=8)
     title = "Final eval on held-out episodes, complete runs (error bars: stderr over seeds)"
     title += f"\nall groups: {textwrap.shorten(labeller.common, 140)}" if labeller.common else ""
-    fig.suptitle(title, fontsize=11)
     if has_before:
         handle = Line2D([], [], color="black", markeredgecolor="black", label="before training", **_BEFORE)
-        _add_legend(fig, [handle])
+        _add_legend(fig, [handle], title=title)
+    else:
+        fig.suptitle(title, fontsize=11)
     return fig
 
 

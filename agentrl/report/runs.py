@@ -42,9 +42,10 @@ FROM_RUN_MARKER = "from_run eval"
 #: override keys that are table columns already
 COLUMN_KEYS = frozenset({"env", "agent", "algo", "model", "seed", "task", "name"})
 #: override keys that say how a run was executed, logged, checkpointed or resumed, not what it
-#: computes, so they never define a variant. The time limit is here because the iterations a run
-#: reached are its own column; the periodic-eval keys change only the curve's sampling; `eval.episodes`
-#: changes how precisely the same quantity is measured (its stderr), not the quantity.
+#: computes, so they never define a variant. The time limit and the stop at a target success are here
+#: because the iterations a run reached are its own column; the periodic-eval keys change only the
+#: curve's sampling; `eval.episodes` changes how precisely the same quantity is measured (its stderr),
+#: not the quantity.
 BOOKKEEPING_KEYS = frozenset(
     {
         "resume",
@@ -53,6 +54,7 @@ BOOKKEEPING_KEYS = frozenset(
         "eval.episodes",
         "eval.lockstep",
         "algo.time_limit_minutes",
+        "algo.stop_at_success",
         "algo.torch_threads",
         "algo.device",
         "algo.eval_every",
@@ -84,6 +86,14 @@ TRAIN_SUCCESS_KEYS = ("train/success_rate", "success_rate", "success")
 TRAIN_RETURN_KEYS = ("train/mean_return", "mean_return", "episode_return", "return", "ep_rew_mean")
 EVAL_SUCCESS_KEYS = ("eval/success_rate", "eval_success_rate")
 EVAL_RETURN_KEYS = ("eval/mean_return", "eval_mean_return")
+TRAIN_INVALID_KEYS = ("train/invalid_rate",)
+EVAL_INVALID_KEYS = ("eval/invalid_rate",)
+#: eval.json metric -> the metrics.jsonl keys of its periodic evals
+EVAL_CURVE_KEYS = {
+    "success_rate": EVAL_SUCCESS_KEYS,
+    "mean_return": EVAL_RETURN_KEYS,
+    "invalid_rate": EVAL_INVALID_KEYS,
+}
 
 #: eval.json keys that are fixed columns; any other `mean_<key>` is an env-specific mean
 STANDARD_EVAL_KEYS = frozenset({"mean_return", "mean_length"})
@@ -709,18 +719,30 @@ def _by_seed(runs: Sequence[RunRecord]) -> dict[Any, list[RunRecord]]:
     return out
 
 
-def _seed_values(runs: Sequence[RunRecord], get: Callable[[RunRecord], float | None]) -> list[float]:
-    """One value per distinct seed: the mean over the runs of that seed that have the value."""
+def _seed_values(
+    runs: Sequence[RunRecord], get: Callable[[RunRecord], float | None], per_episode: bool = False
+) -> list[float]:
+    """One value per distinct seed: the mean over the runs of that seed that have the value. With
+    `per_episode` (a number measured over the run's eval episodes) each run counts by its eval.json
+    `episodes`, so 100 episodes outweigh 10 (equally where a run does not say)."""
     values = []
     for members in _by_seed(runs).values():
-        found = [v for v in (get(m) for m in members) if v is not None]
-        if found:
-            values.append(float(np.mean(found)))
+        found = [(v, m) for v, m in ((get(m), m) for m in members) if v is not None]
+        if not found:
+            continue
+        weights = [m.metric("episodes") for _, m in found] if per_episode else []
+        if weights and all(w is not None and w > 0 for w in weights):
+            values.append(float(np.average([v for v, _ in found], weights=weights)))
+        else:
+            values.append(float(np.mean([v for v, _ in found])))
     return values
 
 
-def _seed_stat(runs: Sequence[RunRecord], get: Callable[[RunRecord], float | None]) -> tuple[float, float]:
-    return mean_stderr(_seed_values(runs, get))
+def _seed_stat(
+    runs: Sequence[RunRecord], get: Callable[[RunRecord], float | None], per_episode: bool = True
+) -> tuple[float, float]:
+    """Mean ± stderr over seeds of an eval number (`per_episode`: see `_seed_values`)."""
+    return mean_stderr(_seed_values(runs, get, per_episode))
 
 
 def _natural(text: str) -> list[Any]:
@@ -739,8 +761,9 @@ def summarise_groups(runs: Sequence[RunRecord]) -> list[GroupSummary]:
     for (env, agent, model, marker, variant), members in sorted(
         groups.items(), key=lambda item: [_natural(part) for part in item[0]]
     ):
-        keys = ("success_rate", "mean_return", "mean_length", "invalid_rate", "untagged_rate", "train_time_s")
+        keys = ("success_rate", "mean_return", "mean_length", "invalid_rate", "untagged_rate")
         stats = {key: _seed_stat(members, lambda r, key=key: r.metric(key)) for key in keys}
+        stats["train_time_s"] = _seed_stat(members, lambda r: r.metric("train_time_s"), per_episode=False)
         names = sorted({name for r in members for name in r.env_metrics})
         summaries.append(
             GroupSummary(

@@ -522,7 +522,7 @@ def figure_time_to_target(table: TargetTable, env: str, styles: dict[Any, Any] |
         ax.axhline(table.target, color="black", linestyle="--", lw=1.2, zorder=4)
         ax.set_xlabel(xlabel, fontsize=10)
         ax.set_xlim(left=0)
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=6, min_n_ticks=3))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6, min_n_ticks=3, integer=ax is axes[1]))
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=9)
         if success:
@@ -534,8 +534,7 @@ def figure_time_to_target(table: TargetTable, env: str, styles: dict[Any, Any] |
     axes[1].set_title("by iteration", fontsize=10)
     title = f"Time to target: {env}, {name} ≥ {table.target:g}\nthin lines: seeds; thick: mean, band: ± stderr over seeds"
     title += f"\nall entries: {textwrap.shorten(labeller.common, 90)}" if labeller.common else ""
-    fig.suptitle(title, fontsize=11)
-    _add_legend(fig, handles, fontsize=9)
+    _add_legend(fig, handles, fontsize=9, title=title)
     return fig
 
 

@@ -733,7 +733,24 @@ def run_train(cfg: DictConfig, run_dir: Path, resume: bool | None = None) -> dic
     write_model_cards(run_dir)
     print_metrics(f"{cfg.env.name} / {cfg.algo.name}", result.metrics)
     print_reasons(result.episodes)
+    line = outcome_line(cfg, result.metrics, extra)
+    if line is not None:
+        from agentrl.console import console
+
+        console.print(line, markup=False, highlight=False)
     return {**result.metrics, **extra}
+
+
+def outcome_line(cfg: DictConfig, metrics: dict[str, Any], extra: dict[str, Any]) -> str | None:
+    """A training run in one line: the eval success before and after and the training minutes, e.g.
+    "greedy success 0.00 -> 1.00 in 2.9 min" (None without an eval before training)."""
+    before = (extra.get("before") or {}).get("success_rate")
+    after, seconds = metrics.get("success_rate"), extra.get("train_time_s")
+    if before is None or after is None or seconds is None:
+        return None
+    temperature = float(cfg.algo.get("eval_temperature") or 0.0)
+    kind = "greedy success" if temperature == 0 else f"eval success (temperature {temperature:g})"
+    return f"{kind} {before:.2f} -> {after:.2f} in {seconds / 60:.1f} min"
 
 
 # ---------------------------------------------------------------------------------------------

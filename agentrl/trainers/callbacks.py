@@ -4,10 +4,10 @@ one thing at one point of the transformers Trainer loop.
 `BeforeTraining` runs the evaluation before training once the Trainer has prepared the model. Order
 within an iteration (transformers calls them in the order added): before the optimizer step ->
 `SkipEmptyUpdate`, `PPOEpochs` (value-head clipping, KL gate), `SignalSafePoints` (holds stop signals
-off); after it -> `PPOEpochs` (the further epochs), `RolloutCacheReset`; the end of
-the step -> `TimeLimit`, `PeriodicEval`, `CheckpointEvery`; then the Trainer logs -> `MetricsWriter` (one
-metrics.jsonl row, the progress line), `SignalSafePoints` (a held signal stops training here), then saves
-if asked.
+off); after it -> `PPOEpochs` (the further epochs), `RolloutCacheReset`; the end of the step ->
+`TimeLimit`, `PeriodicEval` (which may stop at a target), `CheckpointEvery` (also the last iteration); then
+the Trainer logs -> `MetricsWriter` (one metrics.jsonl row, the progress line), `SignalSafePoints` (a held
+signal stops training here), then saves if asked.
 """
 
 from __future__ import annotations
@@ -120,10 +120,17 @@ class TimeLimit(TrainerCallback):
 class PeriodicEval(TrainerCallback):
     """Every `every` iterations (not the last: the final evaluation follows training), runs `evaluate`
     and puts its metrics, prefixed `eval/`, into `pending`, which `MetricsWriter` adds to the iteration's
-    row."""
+    row. With `stop_at`, training stops after the eval whose success rate reaches it (`reached`)."""
 
-    def __init__(self, every: int, evaluate: Callable[[int], dict[str, Any]], pending: dict[str, Any]):
-        self.every, self.evaluate, self.pending = every, evaluate, pending
+    def __init__(
+        self,
+        every: int,
+        evaluate: Callable[[int], dict[str, Any]],
+        pending: dict[str, Any],
+        stop_at: float | None = None,
+    ):
+        self.every, self.evaluate, self.pending, self.stop_at = every, evaluate, pending, stop_at
+        self.reached = False
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         step = state.global_step
@@ -133,20 +140,27 @@ class PeriodicEval(TrainerCallback):
             and step < state.max_steps
             and not control.should_training_stop
         ):
-            self.pending.update({f"eval/{k}": v for k, v in self.evaluate(step).items()})
+            metrics = self.evaluate(step)
+            self.pending.update({f"eval/{k}": v for k, v in metrics.items()})
+            success = metrics.get("success_rate")
+            # every process plays a share of the seeds and gets the same metrics back: all stop together
+            if self.stop_at is not None and success is not None and success >= self.stop_at:
+                log.info("Eval success %.3f >= %g after iteration %d: stopping", success, self.stop_at, step)
+                control.should_training_stop = self.reached = True
         return control
 
 
 class CheckpointEvery(TrainerCallback):
-    """Asks the Trainer to save a checkpoint every `every` iterations (not the last: the final model is
-    saved separately)."""
+    """Asks the Trainer to save a checkpoint every `every` iterations and after the last one (the end of
+    `algo.iterations`, a time limit, a target reached; add it after the callbacks that stop training), so
+    that a run extended later (`resume=<run> algo.iterations=<more>`) continues from its newest state."""
 
     def __init__(self, every: int):
         self.every = every
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         step = state.global_step
-        if self.every and step % self.every == 0 and step < state.max_steps:
+        if self.every and (step % self.every == 0 or step >= state.max_steps or control.should_training_stop):
             control.should_save = True
         return control
 

@@ -3,9 +3,9 @@
 `CheckpointsMixin` holds `MultiStepTrainer`'s overrides of the Trainer's checkpoint methods: a save writes
 `checkpoint-<iteration>/` into a staging directory that becomes the checkpoint in one rename, with the
 value head's files (trainers/actor_critic.py) and a manifest of its files written last (resume checks
-it), then prunes old checkpoints; a load restores the value head's optimizer, and a model-only checkpoint
-(`algo.save_optimizer=false`) resumes with a fresh optimizer and the schedule at the checkpoint's
-iteration.
+it), then prunes old checkpoints; a load restores the value head's optimizer (and does not call a tied LM
+head missing), and a model-only checkpoint (`algo.save_optimizer=false`) resumes with a fresh optimizer
+and the schedule at the checkpoint's iteration.
 """
 
 from __future__ import annotations
@@ -33,6 +33,14 @@ def has_optimizer_state(checkpoint: Path) -> bool:
         return bool(json.loads(manifest.read_text()).get("optimizer", True))
     names = ("optimizer.pt", "optimizer.bin", "optimizer_*", "global_step*")
     return any(any(checkpoint.glob(name)) for name in names)
+
+
+def shared_parameters(model: Any) -> list[set[str]]:
+    """The names of each parameter registered under several names (a tied LM head and its embedding)."""
+    names: dict[int, set[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), set()).add(name)
+    return [group for group in names.values() if len(group) > 1]
 
 
 def trainer_step(checkpoint: Path | None) -> int:
@@ -97,6 +105,14 @@ class CheckpointsMixin:
             warnings.simplefilter("ignore")  # "lr_scheduler.step() before optimizer.step()"
             for _ in range(self.state.global_step):
                 self.lr_scheduler.step()
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        # A tied LM head is the embedding's tensor: the checkpoint stores it once, under the embedding's
+        # name, and loading that name restores both; the Trainer would warn that the head is missing.
+        missing = set(load_result.missing_keys)
+        loaded = {name for names in shared_parameters(self.model) if not names <= missing for name in names}
+        kept = [name for name in load_result.missing_keys if name not in loaded]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=kept))  # type: ignore[misc]
 
     def _load_head_optimizer(self, checkpoint: str | None) -> None:
         """The value head's optimizer and schedule from a checkpoint that has them; without (a model-only

@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -76,6 +77,21 @@ def _padded_gather(accelerator: Any) -> Callable[[Any], Any]:
         return gather(accelerator.pad_across_processes(tensor, dim=0, pad_index=fill))
 
     return padded
+
+
+@contextlib.contextmanager
+def _without_log(logger: str, text: str) -> Iterator[None]:
+    """Drops the records of `logger` whose message holds `text` while the block runs."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return text not in record.getMessage()
+
+    target = logging.getLogger(logger)
+    target.addFilter(keep)
+    try:
+        yield
+    finally:
+        target.removeFilter(keep)
 
 
 @contextlib.contextmanager
@@ -141,7 +157,10 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
         memory_share: float = 1.0,
         **kwargs: Any,
     ):
-        super().__init__(*args, **kwargs)
+        # TRL builds its reference model (beta > 0, full fine-tuning) with `args.model_init_kwargs`, and
+        # also warns that they "will be ignored" because the policy comes as a model: they are not
+        with _without_log("trl.trainer.grpo_trainer", "You passed `model_init_kwargs`"):
+            super().__init__(*args, **kwargs)
         self.collect = collect
         self.shared_prefix = shared_prefix
         self.keep_checkpoints = keep_checkpoints

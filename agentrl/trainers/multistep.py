@@ -119,7 +119,9 @@ def train_llm(cfg: DictConfig, run_dir: Path, env_factory: EnvFactory, resume: b
         _save_final(trainer, run_dir, loaded.tokenizer, critic)
     final, episodes = evals.run("eval after training")
     log.info("After training: success %.3f return %.3f", final["success_rate"], final["mean_return"])
-    extra: dict[str, Any] = {"iterations": algo.iterations, "train_time_s": round(train_time, 3)}
+    # the iterations trained: fewer than algo.iterations after a time limit or algo.stop_at_success
+    done = int(trainer.state.global_step)
+    extra: dict[str, Any] = {"iterations": done, "train_time_s": round(train_time, 3)}
     if evals.before is not None:
         extra["before"] = evals.before
     return TrainResult(final, episodes, extra)
@@ -226,7 +228,10 @@ def _build_agents(cfg: DictConfig, spec: Any, algo: Any, loaded: LoadedPolicy) -
 
     warn_if_lenient(cfg)
     if spec.name == "rlft" and not cfg.agent.get("cot", False):
-        log.warning("algo=rlft trains rationales: set agent.cot=true (the presets experiment=rlft_* do)")
+        log.warning(
+            "algo=rlft trains rationales: agent.cot=false asks for none, so only the answer trains "
+            "(agent.cot=true is its default)"
+        )
     if spec.decision != cfg.agent.get("decision", "generate"):
         # the algorithm decides how its policy acts (TWOSOME's scores every valid action)
         cfg = OmegaConf.merge(cfg, {"agent": {"decision": spec.decision}})
@@ -393,8 +398,8 @@ def _train(
     wants_before: bool,
 ) -> float:
     """`trainer.train` with the run's callbacks (eval before training, rollout-cache reset, time limit,
-    periodic eval, checkpoints, metrics.jsonl, signals); a stopping signal saves and raises. Returns the
-    seconds training took."""
+    periodic eval and its stop at a target, checkpoints, metrics.jsonl, signals); a stopping signal saves
+    and raises. Returns the seconds training took."""
     main = dist.is_main()
     pending: dict[str, Any] = {}
     minutes = algo.time_limit_minutes
@@ -419,7 +424,7 @@ def _train(
                     BeforeTraining(evals.before_training) if wants_before else None,
                     RolloutCacheReset(policy.backend, trainer.rollout_backend),
                     limit,
-                    PeriodicEval(algo.eval_every, periodic_eval, pending),
+                    PeriodicEval(algo.eval_every, periodic_eval, pending, algo.stop_at_success),
                     CheckpointEvery(algo.checkpoint_every),
                     MetricsWriter(metrics_log, bar, pending, METRIC_RENAMES, limit.seconds_left)
                     if main
