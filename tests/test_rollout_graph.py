@@ -234,14 +234,10 @@ def test_the_graphs_are_always_bounded(tmp_path, monkeypatch, caplog, budget):
     assert row["update_reused_rollout"] == 1.0
 
 
-@pytest.mark.parametrize("off", ["algo.rollout_graph=false", "AGENTRL_CPU_FEATURES=no-rollout-graph"])
-def test_in_training_the_update_takes_the_rollouts_forward_with_the_same_gradient(tmp_path, monkeypatch, off):
+def test_in_training_the_update_takes_the_rollouts_forward_with_the_same_gradient(tmp_path, monkeypatch):
+    """algo.rollout_graph=false; AGENTRL_CPU_FEATURES=no-rollout-graph is compared in test_cpu_features.py."""
     kept, kept_row = _one_iteration(tmp_path / "kept", monkeypatch)
-    if off.startswith("algo."):
-        own, own_row = _one_iteration(tmp_path / "own", monkeypatch, off)
-    else:
-        fast_paths(monkeypatch, "rollout-graph")
-        own, own_row = _one_iteration(tmp_path / "own", monkeypatch)
+    own, own_row = _one_iteration(tmp_path / "own", monkeypatch, "algo.rollout_graph=false")
     assert kept_row["update_reused_rollout"] == 1.0 and "update_reused_rollout" not in own_row
     assert kept_row["train/mean_return"] == own_row["train/mean_return"]  # the same episodes
     assert kept and set(kept) == set(own)
