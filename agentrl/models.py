@@ -486,8 +486,10 @@ def load_model(model_cfg: Any, *, device: str = "auto", for_training: bool = Fal
             )
     if attn == "sdpa" and device == "cpu" and not model_cfg.device_map:
         from agentrl.kernels.attention import register
+        from agentrl.kernels.features import fast_path
 
-        attn = register()  # SDPA with the query heads packed in masked multi-token forwards
+        if fast_path("packed-attention"):  # AGENTRL_CPU_FEATURES=no-packed-attention: transformers' own
+            attn = register()  # SDPA with the query heads packed in masked multi-token forwards
     options: dict[str, Any] = {
         "dtype": dtype,
         "trust_remote_code": model_cfg.trust_remote_code,

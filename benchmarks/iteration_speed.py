@@ -512,7 +512,8 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"`{result['command']}`",
         "",
-        f"{result['cpu_model']}, threads {result['threads']}; load average {result['load_average']['start']} "
+        f"{result['cpu_model']}{_emulation(result.get('cpu_environment'))}, threads {result['threads']}; "
+        f"load average {result['load_average']['start']} "
         f"at the start, {result['load_average']['end']} at the end; seeds {result['seeds']}, "
         f"{result['iterations']} iterations per run.",
         "",
@@ -559,6 +560,24 @@ def markdown(result: dict[str, Any]) -> str:
         points = [pm(c["mean"], c["se"]) for c in r["train_return_per_iteration"]]
         lines.append(f"| {r['preset']} | {r['side']} | " + " | ".join(points) + " |")
     return "\n".join([*lines, "", *notes(result), ""])
+
+
+#: what makes a CPU run as another: agentrl's probes (agentrl/kernels/features.py) and torch's libraries
+CPU_ENVIRONMENT = (
+    "AGENTRL_CPU_FEATURES",
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+)
+
+
+def cpu_environment() -> dict[str, str]:
+    """The variables of CPU_ENVIRONMENT set for the runs (every side inherits them)."""
+    return {name: os.environ[name] for name in CPU_ENVIRONMENT if os.environ.get(name)}
+
+
+def _emulation(environment: dict[str, str] | None) -> str:
+    return f" with {', '.join(f'{k}={v}' for k, v in environment.items())}" if environment else ""
 
 
 def cpu_model() -> str:
@@ -642,6 +661,7 @@ def measure(sides: list[Side], args: argparse.Namespace) -> dict[str, Any]:
         "warmup_excluded": warmup,
         "reference": reference,
         "cpu_model": cpu_model(),
+        "cpu_environment": cpu_environment(),
         "load_average": {
             "start": [round(x, 2) for x in load_start],
             "end": [round(x, 2) for x in os.getloadavg()],

@@ -136,6 +136,7 @@ def main() -> None:
     from agentrl.config import compose_config
     from agentrl.envs import env_factory
     from agentrl.errors import ConfigError
+    from agentrl.kernels.precision import cpu_flags, describe_cpu
     from agentrl.trainers.multistep import train_llm
 
     overrides = [
@@ -187,6 +188,8 @@ def main() -> None:
         "mean_update_s": sum(r.get("update_s", 0) for r in rows) / max(len(rows), 1),
         "overrides": overrides,
         "threads": args.threads,
+        # the CPU, with what AGENTRL_CPU_FEATURES forces and the ISA caps torch's libraries run under
+        "cpu": describe_cpu(cpu_flags()),
     }
     if (run_dir / "final").is_dir() and cfg.env.name == "frozenlake":
         summary["greedy_policy"] = greedy_policy_map(cfg, run_dir / "final")

@@ -85,3 +85,29 @@ def assert_title_clear(fig: Any) -> None:
     title = fig._suptitle.get_window_extent(renderer)
     for legend in fig.legends:
         assert not title.overlaps(legend.get_window_extent(renderer)), "the title runs into the legend"
+
+
+def fast_paths(monkeypatch: Any, *off: str) -> None:
+    """Set AGENTRL_CPU_FEATURES for a test that compares a fast path with its plain fallback: exactly the
+    fast paths `off` switched off, and `plain` kept where the suite runs under it (the CPU it stands for)."""
+    from agentrl.kernels.features import ENV, FAST_PATHS, requested
+
+    assert all(path in FAST_PATHS for path in off), off
+    names = (["plain"] if requested().plain else []) + [f"no-{path}" for path in off]
+    monkeypatch.setenv(ENV, ",".join(names) or "auto")
+
+
+def bf16_packs_reason() -> str | None:
+    """Why bf16 linear weights cannot be packed here (a skip reason naming the feature); None: they can."""
+    import torch
+
+    from agentrl.kernels.features import requested
+    from agentrl.kernels.packed import supported
+
+    if supported(torch.bfloat16):
+        return None
+    if requested().plain:
+        return "oneDNN bf16 linear: hidden by AGENTRL_CPU_FEATURES=plain"
+    return (
+        "oneDNN bf16 linear: absent on this CPU or torch build (needs avx512bw+vl+dq, avx_ne_convert or AMX)"
+    )

@@ -7,6 +7,7 @@ import types
 
 import pytest
 import torch
+from helpers import fast_paths
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from agentrl.config import compose_config
@@ -84,8 +85,11 @@ def test_what_it_does_not_pack_goes_to_transformers_sdpa(monkeypatch, case):
     assert calls == [case] and out.shape == (BATCH, q.shape[2], q.shape[1], DIM)
 
 
-def test_models_on_the_cpu_load_with_it_unless_another_kernel_is_asked_for():
+def test_models_on_the_cpu_load_with_it_unless_another_kernel_is_asked_for(monkeypatch):
     cfg = compose_config(["model=tiny-random"]).model
+    fast_paths(monkeypatch, "packed-attention")  # switched off: transformers' own SDPA
+    assert load_model(cfg)[0].config._attn_implementation == "sdpa"
+    fast_paths(monkeypatch)
     model, _ = load_model(cfg)
     assert model.config._attn_implementation == IMPLEMENTATION
     eager, _ = load_model(compose_config(["model=tiny-random", "model.attn_implementation=eager"]).model)

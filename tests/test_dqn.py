@@ -96,7 +96,10 @@ def test_short_run_writes_eval_checkpoints_and_resumes(tmp_path):
     assert json.loads((run_dir / "final" / "dqn.json").read_text())["steps"] == 3000
 
 
+@pytest.mark.slow
 def test_dqn_beats_random_on_fixed_frozenlake(tmp_path):
+    """A learning check (6000 steps); the fast suite's DQN tests train, checkpoint, resume and reproduce an
+    eval through `agent=dqn` (test_eval_agent_dqn_reproduces_the_runs_own_eval)."""
     cfg = compose_config([*FAST, "algo.total_timesteps=6000", "algo.checkpoint_every=0"])
     metrics = train_dqn(cfg, tmp_path / "run", env_factory).metrics
     random_metrics, _ = evaluate(env_factory(cfg.env), RandomAgent(), eval_seeds(cfg))

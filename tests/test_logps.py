@@ -131,6 +131,7 @@ def test_multi_token_forwards_on_the_cpu_pack_the_query_heads(monkeypatch):
     copies, no `enable_gqa`, the values and gradients of per-row forwards (check_rows); one-token decode
     steps pack their query heads the same way."""
     import torch.nn.functional as F
+    from helpers import fast_paths
     from transformers.integrations import sdpa_attention
 
     from agentrl.agents.backends.base import SamplingConfig
@@ -138,6 +139,7 @@ def test_multi_token_forwards_on_the_cpu_pack_the_query_heads(monkeypatch):
     from agentrl.kernels.attention import IMPLEMENTATION
     from agentrl.models import load_model
 
+    fast_paths(monkeypatch)  # packed attention on (tests/test_attention.py switches it off)
     model, tokenizer = load_model(tiny_model_cfg(), for_training=True)
     heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
     assert heads > kv_heads and model.config._attn_implementation == IMPLEMENTATION

@@ -34,9 +34,12 @@ def test_an_unknown_attn_implementation_is_one_line_naming_the_choices():
 
 
 @pytest.mark.parametrize(("attn", "loaded"), [("sdpa", "agentrl_sdpa"), ("eager", "eager")])
-def test_attn_implementation_reaches_the_loaded_model(attn, loaded):
+def test_attn_implementation_reaches_the_loaded_model(attn, loaded, monkeypatch):
     """The builtin models load through the same from_pretrained call as hub ids and directories; sdpa on
     a CPU is transformers' SDPA with the query heads packed (kernels/attention.py)."""
+    from helpers import fast_paths
+
+    fast_paths(monkeypatch)  # packed attention on (tests/test_attention.py switches it off)
     cfg = compose_config(["model=tiny-random", f"model.attn_implementation={attn}"])
     model, _ = load_model(cfg.model, device="cpu")
     assert model.config._attn_implementation == loaded

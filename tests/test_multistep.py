@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import WeightCasts, interrupt_rollout
+from helpers import WeightCasts, fast_paths, interrupt_rollout
 
 from agentrl.config import compose_config, typed
 from agentrl.envs import env_factory
@@ -157,16 +157,20 @@ def completion_logp(model: Any, sample: StepSample) -> float:
 
 
 def test_update_with_nonzero_advantages_changes_every_trainable_parameter(tmp_path):
+    from agentrl.kernels.features import fast_path
+
     model, before, after = one_update(tmp_path, rows([1.0, -1.0, 0.5, -0.5]))
     unchanged = [n for n in before if torch.equal(before[n], after[n])]
     assert unchanged == []
-    assert model.get_input_embeddings().sparse  # the tied embedding's lookups give sparse gradients
+    # the tied embedding's lookups give sparse gradients unless AGENTRL_CPU_FEATURES switches them off
+    assert model.get_input_embeddings().sparse == fast_path("sparse-embedding")
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_sparse_embedding_gradients_give_the_same_dense_gradient(tied):
+def test_sparse_embedding_gradients_give_the_same_dense_gradient(tied, monkeypatch):
     """Two lookups (a shared head and its rows) and the tied LM head: the sparse lookups add into the
-    head's dense gradient, equal to the dense lookups'; an untied or frozen embedding is left alone."""
+    head's dense gradient, equal to the dense lookups' (the fallback, AGENTRL_CPU_FEATURES=
+    no-sparse-embedding); an untied or frozen embedding is left alone."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from agentrl.trainers.grpo_trainer import sparse_embedding_gradients
@@ -184,8 +188,8 @@ def test_sparse_embedding_gradients_give_the_same_dense_gradient(tied):
     def gradients(sparse: bool) -> dict[str, torch.Tensor]:
         torch.manual_seed(0)
         model = LlamaForCausalLM(config)
-        if sparse:
-            assert sparse_embedding_gradients(model) is tied
+        fast_paths(monkeypatch, *([] if sparse else ["sparse-embedding"]))
+        assert sparse_embedding_gradients(model) is (tied and sparse)
         head = model(input_ids=torch.tensor([[1, 2, 3, 2]]), use_cache=True)
         tail = model(input_ids=torch.tensor([[5, 2], [7, 7]]), cache=_expand(head, 2))
         loss = (tail.logits.log_softmax(-1)[..., 3] * torch.tensor([1.0, -0.5])[:, None]).sum()
@@ -196,6 +200,7 @@ def test_sparse_embedding_gradients_give_the_same_dense_gradient(tied):
     for name, grad in sparse.items():
         assert grad.layout == torch.strided, name
         torch.testing.assert_close(grad, dense[name], rtol=1e-5, atol=1e-7)
+    fast_paths(monkeypatch)
     frozen = LlamaForCausalLM(config)
     frozen.get_input_embeddings().weight.requires_grad_(False)
     assert not sparse_embedding_gradients(frozen) and not frozen.get_input_embeddings().sparse

@@ -8,14 +8,23 @@ import types
 
 import pytest
 import torch
-from helpers import autocast_like_accelerate
+from helpers import autocast_like_accelerate, bf16_packs_reason, fast_paths
 from torch import nn
 
 from agentrl.agents.backends.base import SamplingConfig
 from agentrl.agents.backends.hf import HFBackend
 from agentrl.kernels.packed import PackedLinears, supported
 
-pytestmark = pytest.mark.skipif(not supported(torch.float32), reason="this torch build has no oneDNN linear")
+pytestmark = pytest.mark.skipif(
+    not supported(torch.float32), reason="oneDNN fp32 linear: not in this torch build"
+)
+
+
+@pytest.fixture(autouse=True)
+def _packs_on(monkeypatch):
+    """These tests are of the packs: on, whatever AGENTRL_CPU_FEATURES the suite runs under (the suite's
+    `plain` is kept: bf16 packs then skip, as on a CPU without them)."""
+    fast_paths(monkeypatch)
 
 
 def _qwen_shaped(seed: int = 0) -> nn.Module:
@@ -141,12 +150,14 @@ def test_only_plain_float_linears_on_the_cpu_are_packed(monkeypatch):
 
 
 # ---- the HF backend -----------------------------------------------------------------------------------
-def _backend(share: bool) -> tuple[HFBackend, nn.Module]:
+def _backend(share: bool, autocast: bool = True) -> tuple[HFBackend, nn.Module]:
+    """The HF backend on the tiny model, under accelerate's bf16 autocast (bf16 packs) or in fp32."""
     from agentrl.config import compose_config
     from agentrl.models import load_model
 
     model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
-    model = autocast_like_accelerate(model)
+    if autocast:
+        model = autocast_like_accelerate(model)
     model.train()
     return HFBackend(model, tokenizer, share_prompts=share), model
 
@@ -159,8 +170,8 @@ def test_generation_with_packed_weights_equals_autocasts(share, monkeypatch):
     """Under bf16 autocast (accelerate's wrapper) the backend generates on packed weights: the same tokens
     and log-probs as without packs, greedy and sampled; the packs are made once per weights version, kept
     across calls, remade after the weights change, and dropped when a rollout ends."""
-    if not supported(torch.bfloat16):
-        pytest.skip("no bf16 oneDNN linear on this CPU")
+    if bf16_packs_reason():
+        pytest.skip(bf16_packs_reason())
     backend, model = _backend(share)
     calls = _count_packings(monkeypatch)
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=6)
@@ -192,10 +203,36 @@ def test_generation_with_packed_weights_equals_autocasts(share, monkeypatch):
     assert backend.generate(PROMPTS, greedy) == flipped
 
 
-def test_a_recording_rollout_runs_no_packs():
+@pytest.mark.parametrize("share", [False, True])
+def test_fp32_generation_samples_the_same_tokens_with_and_without_packs(share, monkeypatch):
+    """In fp32 (every CPU with oneDNN) the backend generates on packed weights, and with the packs switched
+    off (AGENTRL_CPU_FEATURES=no-packs) on the layers' own: the same tokens for a seed, greedy and sampled,
+    and log-probs equal up to fp32 rounding (MKL's and oneDNN's products sum in other orders)."""
+    backend, model = _backend(share, autocast=False)
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=6)
+    sampled = SamplingConfig(temperature=1.0, max_new_tokens=6)
+
+    def both() -> list:
+        return backend.generate(PROMPTS, greedy) + backend.generate(PROMPTS, sampled, seed=3)
+
+    packed = both()
+    assert backend._packs is not None and all(p.dtype == torch.float32 for _, p, *_ in backend._packs.layers)
+    fast_paths(monkeypatch, "packs")
+    backend.weights_changed()
+    own = both()
+    assert backend._packs is None
+    assert [tokens for tokens, _ in packed] == [tokens for tokens, _ in own]
+    for (_, got), (_, want) in zip(packed, own, strict=True):
+        torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+def test_a_recording_rollout_runs_no_packs(autocast):
     """The recorded forwards need the weights' graphs: they run the layers' own forwards, and the packs an
-    evaluation made are dropped when the rollout ends."""
-    backend, model = _backend(share=True)
+    evaluation made (fp32 or bf16, as the layers compute) are dropped when the rollout ends."""
+    if autocast and bf16_packs_reason():
+        pytest.skip(bf16_packs_reason())
+    backend, model = _backend(share=True, autocast=autocast)
     one = SamplingConfig(temperature=1.0, max_new_tokens=1)
     backend.generate(PROMPTS, SamplingConfig(max_new_tokens=2))  # an eval: packs made
     assert backend._packs is not None
@@ -220,8 +257,8 @@ def test_the_critic_scores_the_reference_in_the_policys_precision(pack, monkeypa
     from agentrl.trainers.logps import shared_prefix_logps
     from agentrl.types import Episode, Generation, Step, StepSample
 
-    if not supported(torch.bfloat16):
-        pytest.skip("no bf16 oneDNN linear on this CPU")
+    if pack and bf16_packs_reason():
+        pytest.skip(bf16_packs_reason())
     policy = autocast_like_accelerate(_qwen_shaped())
     reference = autocast_like_accelerate(copy.deepcopy(_qwen_shaped()))
     critic = Critic(policy, reference_trunk=True)

@@ -9,13 +9,22 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import WeightCasts
+from helpers import WeightCasts, fast_paths
 
+import agentrl.trainers.multistep as multistep
 from agentrl.agents.backends import HFBackend, SamplingConfig
 from agentrl.config import compose_config
 from agentrl.envs import env_factory
 from agentrl.models import load_model
 from agentrl.trainers.logps import shared_prefix_logps
+
+
+@pytest.fixture(autouse=True)
+def _rollout_graph_on(monkeypatch):
+    """These tests are of the rollout graph: on, whatever AGENTRL_CPU_FEATURES the suite runs under
+    (`plain` kept); the comparison with its fallback switches it off itself."""
+    fast_paths(monkeypatch)
+
 
 HEAD = list(range(100, 130))  # the shared head (above MIN_SHARED_PREFIX)
 TAILS = [[5, 6, 7], [8, 9], [5, 6, 7], [10], [8, 9], [11, 12, 13, 14]]  # repeated prompts, as in a rollout
@@ -159,14 +168,15 @@ def test_kept_logits_are_given_out_once_and_never_after_the_weights_change():
 
 
 # ---- in training -------------------------------------------------------------------------------------
+BUILD_TRAINER = multistep._build_trainer
+
+
 def _one_iteration(tmp_path: Any, monkeypatch: Any, *overrides: str) -> tuple[dict, dict]:
     """One MS-GRPO iteration of the tiny model on Frozen Lake with one-token answers: the gradient of its
     update (before the optimizer step) and its metrics row."""
     import json
 
     from transformers import TrainerCallback
-
-    import agentrl.trainers.multistep as multistep
 
     grads: dict[str, torch.Tensor] = {}
 
@@ -176,10 +186,8 @@ def _one_iteration(tmp_path: Any, monkeypatch: Any, *overrides: str) -> tuple[di
                 {n: p.grad.clone() for n, p in kwargs["model"].named_parameters() if p.grad is not None}
             )
 
-    build = multistep._build_trainer
-
     def with_callback(*args: Any, **kwargs: Any) -> Any:
-        trainer = build(*args, **kwargs)
+        trainer = BUILD_TRAINER(*args, **kwargs)  # unpatched: a second call must not add a second callback
         trainer.add_callback(Gradient())
         return trainer
 
@@ -227,6 +235,7 @@ def test_the_graphs_are_always_bounded(tmp_path, monkeypatch, caplog, budget):
 
 
 def test_in_training_the_update_takes_the_rollouts_forward_with_the_same_gradient(tmp_path, monkeypatch):
+    """algo.rollout_graph=false; AGENTRL_CPU_FEATURES=no-rollout-graph is compared in test_cpu_features.py."""
     kept, kept_row = _one_iteration(tmp_path / "kept", monkeypatch)
     own, own_row = _one_iteration(tmp_path / "own", monkeypatch, "algo.rollout_graph=false")
     assert kept_row["update_reused_rollout"] == 1.0 and "update_reused_rollout" not in own_row

@@ -82,7 +82,9 @@ def _wide_scores() -> torch.Tensor:
 def test_a_whole_vocabulary_is_sampled_block_by_block_from_the_same_distribution(top_p):
     row = _wide_scores()
     expected = _expected(row, 0, top_p)
-    chosen = sample_tokens(row.expand(DRAWS, -1), 0, top_p, torch.Generator().manual_seed(1))
+    # DRAWS rows of one context (`rows`): the distribution is worked out once, as in a lockstep step
+    rows = torch.zeros(DRAWS, dtype=torch.long)
+    chosen = sample_tokens(row[None], 0, top_p, torch.Generator().manual_seed(1), rows)
     frequency = torch.bincount(chosen, minlength=row.numel()).double() / DRAWS
     assert torch.all(frequency[expected == 0] == 0)
     bound = 5 * (expected * (1 - expected) / DRAWS).sqrt() + 1e-3

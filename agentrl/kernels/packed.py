@@ -14,7 +14,8 @@ Only plain float `nn.Linear` layers with plain tensor weights on the CPU are pac
 quantised layers are `nn.Linear` subclasses; not sharded weights: FSDP's are DTensors). A forward that
 needs a gradient takes the layer's own forward, so a packed model can still be trained inside `active()`;
 the packs do not follow later weight changes, so their owner rebuilds them when the weights change
-(`PackedLinears.key`).
+(`PackedLinears.key`). `AGENTRL_CPU_FEATURES=no-packs` (kernels/features.py) makes `build` pack nothing:
+every forward then takes the layer's own.
 """
 
 from __future__ import annotations
@@ -28,15 +29,25 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentrl.kernels.features import fast_path, requested
+
 log = logging.getLogger(__name__)
 
 #: the packed copies may take at most this share of the memory available when they are made
 MEMORY_SHARE = 0.25
 
 
-@functools.cache
 def supported(dtype: torch.dtype) -> bool:
-    """Whether this torch build packs and runs linear weights of `dtype` with oneDNN on this CPU."""
+    """Whether this torch build packs and runs linear weights of `dtype` with oneDNN on this CPU (bf16: not
+    under `AGENTRL_CPU_FEATURES=plain`, which answers as a CPU without oneDNN's bf16 kernels)."""
+    if dtype == torch.bfloat16 and requested().plain:
+        return False
+    return _library_supports(dtype)
+
+
+@functools.cache
+def _library_supports(dtype: torch.dtype) -> bool:
+    """oneDNN's answer for `dtype`, by running a tiny packed product (follows ONEDNN_MAX_CPU_ISA)."""
     if dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available():
         return False
     ops = torch.ops.mkldnn
@@ -92,10 +103,13 @@ class PackedLinears:
     def build(
         cls, model: nn.Module, dtype: torch.dtype | None = None, key: Any = None
     ) -> PackedLinears | None:
-        """The packs of `model`, or None where they do not apply: no packable layer, a dtype this CPU or
-        torch build cannot pack, or packs that would take more than MEMORY_SHARE of the available memory."""
+        """The packs of `model`, or None where they do not apply: switched off (`AGENTRL_CPU_FEATURES=
+        no-packs`), no packable layer, a dtype this CPU or torch build cannot pack, or packs that would take
+        more than MEMORY_SHARE of the available memory."""
         import psutil
 
+        if not fast_path("packs"):
+            return None
         layers = [m for m in model.modules() if _packable(m)]
         dtypes = {dtype or m.weight.dtype for m in layers}
         if not layers or not all(supported(d) for d in dtypes):

@@ -8,7 +8,8 @@ beats fp32 in a short timing at the model's own layer shapes (`autocast_speedup`
 576 -> 1536 projection: 2.1-3.0x with AVX512-BF16 on the development machine). Generation runs under
 the same autocast (accelerate wraps the model's forward); the HF backend keeps each weight's cast for a
 whole generation call (`HFBackend._weight_casts`), and a bf16 copy (`algo.rollout_dtype=bfloat16`)
-avoids the casts altogether.
+avoids the casts altogether. `AGENTRL_CPU_FEATURES=plain` makes the probes answer as a CPU without bf16
+matrix instructions (`usable_bf16_instructions`; kernels/features.py), and the log line says so.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from agentrl.kernels.features import ENV, library_caps, requested
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +59,15 @@ def bf16_instructions(flags: frozenset[str]) -> tuple[str, ...]:
     return tuple(found)
 
 
+def usable_bf16_instructions(flags: frozenset[str]) -> tuple[str, ...]:
+    """The bf16 matrix instructions among `flags` that agentrl's probes may use: none where
+    `AGENTRL_CPU_FEATURES=plain` makes them answer as a CPU without them (kernels/features.py)."""
+    return () if requested().plain else bf16_instructions(flags)
+
+
 def describe_cpu(flags: frozenset[str]) -> str:
-    """One line for the log: the bf16 matrix instructions and torch's CPU kernel level."""
+    """One line for the log: the bf16 matrix instructions detected, what `AGENTRL_CPU_FEATURES` forces,
+    torch's CPU kernel level and oneDNN's bf16 support (both follow the libraries' ISA caps)."""
     import torch
 
     found = bf16_instructions(flags)
@@ -66,7 +76,14 @@ def describe_cpu(flags: frozenset[str]) -> str:
         names = ", ".join(f for f in found if f != "amx_tile") + f" ({amx})"
     else:
         names = "neither avx512_bf16 nor amx_bf16"
-    return f"{names}; torch CPU capability {torch.backends.cpu.get_cpu_capability()}"
+    features = requested()
+    forced = f"; forced by {ENV}={features.forced}" if features.forced else ""
+    mkldnn = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    caps = library_caps()
+    return (
+        f"{names}{forced}; torch CPU capability {torch.backends.cpu.get_cpu_capability()}, oneDNN bf16 "
+        f"{'yes' if mkldnn else 'no'}" + (f" ({caps})" if caps else "")
+    )
 
 
 @functools.cache
@@ -102,7 +119,9 @@ def autocast_speedup(hidden: int, intermediate: int, threads: int, rows: int = P
 
 def fp32_without_timing(flags: frozenset[str], shapes: tuple[int, int] | None) -> str | None:
     """Why `auto` is fp32 on a CPU with these flags before anything is timed; None when the timing decides."""
-    if not bf16_instructions(flags):
+    if not usable_bf16_instructions(flags):
+        if bf16_instructions(flags):
+            return f"no bf16 matrix instructions under {ENV}=plain"
         return "the CPU has no bf16 matrix instructions"
     if shapes is None:
         return "the model's layer sizes are unknown"

@@ -118,6 +118,9 @@ def prelaunch_check(cfg: DictConfig, machine: Machine) -> None:
     and what launching several processes needs."""
     if cfg.task not in TASKS:
         raise ConfigError(f"unknown task {cfg.task!r}; valid choices: {', '.join(TASKS)}")
+    from agentrl.kernels.features import requested
+
+    requested()  # AGENTRL_CPU_FEATURES names only switches that exist
     if cfg.get("resume") is not None:
         raise ConfigError(f"resume={cfg.resume}: continues one training run: agentrl train resume=<run dir>")
     if cfg.task == "train" and cfg.get("from_run") is not None:

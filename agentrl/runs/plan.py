@@ -129,9 +129,9 @@ def _shown_precision(precision: str, cuda: bool, processes: int, model_cfg: Any)
         return "auto = bf16-mixed"
     from agentrl.kernels.precision import (
         MIN_SPEEDUP,
-        bf16_instructions,
         cpu_flags,
         fp32_without_timing,
+        usable_bf16_instructions,
     )
     from agentrl.models import model_shapes
 
@@ -141,7 +141,7 @@ def _shown_precision(precision: str, cuda: bool, processes: int, model_cfg: Any)
         untimed = "several processes"
     if untimed:
         return f"auto = fp32 ({untimed})"
-    found = [f for f in bf16_instructions(flags) if f != "amx_tile"]
+    found = [f for f in usable_bf16_instructions(flags) if f != "amx_tile"]
     return (
         f"auto: bf16-mixed if bf16 autocast times >= {MIN_SPEEDUP}x fp32 at launch "
         f"({', '.join(found)}), else fp32"

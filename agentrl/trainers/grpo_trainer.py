@@ -118,7 +118,12 @@ def sparse_embedding_gradients(model: Any) -> bool:
     rows, a recorded rollout) otherwise allocates, zeroes and adds a dense vocabulary x hidden gradient of
     its own (49,152 x 576 fp32 for SmolLM2: 113 MB of fresh pages each). The sum is the same gradient and
     the weight's `.grad` stays dense. An untied or frozen embedding is left alone: an untied one's `.grad`
-    would be sparse, which the fused AdamW does not take."""
+    would be sparse, which the fused AdamW does not take. `AGENTRL_CPU_FEATURES=no-sparse-embedding` leaves
+    every embedding dense."""
+    from agentrl.kernels.features import fast_path
+
+    if not fast_path("sparse-embedding"):
+        return False
     embedding = model.get_input_embeddings()
     head = getattr(model, "get_output_embeddings", lambda: None)()
     tied = isinstance(embedding, torch.nn.Embedding) and head is not None and head.weight is embedding.weight

@@ -42,6 +42,8 @@ from agentrl import distributed as dist
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.console import set_torch_threads
 from agentrl.errors import ConfigError
+from agentrl.kernels import features
+from agentrl.kernels.features import fast_path
 from agentrl.runs.rundir import shell_override
 from agentrl.runs.runlog import MetricsLog, newest_valid_checkpoint, progress
 from agentrl.trainers.actor_critic import ActorCritic
@@ -365,8 +367,12 @@ def rollout_graph_reason(spec: Any, trainer: MultiStepTrainer, agent: Any) -> st
 
 
 def _keep_rollout_graph(algo: Any, spec: Any, trainer: MultiStepTrainer, collector: Collector) -> None:
-    """`algo.rollout_graph`: the rollout records its forward and the update takes it, where that applies."""
+    """`algo.rollout_graph`: the rollout records its forward and the update takes it, where that applies
+    (and `AGENTRL_CPU_FEATURES` does not switch it off: no-rollout-graph)."""
     if not algo.rollout_graph:
+        return
+    if not fast_path("rollout-graph"):
+        log.info("algo.rollout_graph: off (%s=%s)", features.ENV, os.environ.get(features.ENV))
         return
     reason = rollout_graph_reason(spec, trainer, collector.agent)
     if reason is not None:

@@ -173,12 +173,12 @@ def cpu_precision_shapes(model_cfg: Any, algo: Any, device: str, world: int) -> 
     the CPU's bf16 matrix instructions whenever training runs on the CPU."""
     if device.startswith("cuda"):
         return None
-    from agentrl.kernels.precision import bf16_instructions, cpu_flags, describe_cpu
+    from agentrl.kernels.precision import cpu_flags, describe_cpu, usable_bf16_instructions
     from agentrl.models import model_shapes
 
     flags = cpu_flags()
     log.info("CPU: %s", describe_cpu(flags))
-    if algo.precision in ("bf16-mixed", "bf16-pure") and not bf16_instructions(flags):
+    if algo.precision in ("bf16-mixed", "bf16-pure") and not usable_bf16_instructions(flags):
         log.warning(
             "algo.precision=%s on a CPU without bf16 matrix instructions: bf16 is likely slower than fp32",
             algo.precision,
