@@ -141,6 +141,9 @@ class FrozenLakeEnv(TextEnv):
         self.size = int(size) if map == "random" else len(MAPS[map])
         self.cap_is_default = max_steps is None
         self.max_steps = default_cap(self.size, self.slippery) if max_steps is None else int(max_steps)
+        # random maps are drawn solvable within the cap the env is made with; a trainer that cuts its
+        # training episodes shorter (algo.max_steps) sets max_steps afterwards and keeps these instances
+        self.route_cap = self.max_steps
         self.steps_taken = 0
         if map != "random":
             route = shortest_route(MAPS[map])
@@ -165,13 +168,13 @@ class FrozenLakeEnv(TextEnv):
         for _ in range(MAP_ATTEMPTS):
             rows = generate_random_map(self.size, self.p, seed=seed)
             route = shortest_route(rows)
-            if route is not None and route <= self.max_steps:
+            if route is not None and route <= self.route_cap:
                 return rows
             rng = rng or np.random.default_rng(seed)
             seed = int(rng.integers(2**31 - 1))
         raise ConfigError(
             f"frozenlake: no random {self.size}x{self.size} map with p={self.p} in {MAP_ATTEMPTS} draws has a "
-            f"route of at most max_steps={self.max_steps} moves; raise max_steps or p"
+            f"route of at most max_steps={self.route_cap} moves; raise max_steps or p"
         )
 
     def _set_map(self, rows: list[str]) -> None:
