@@ -5,6 +5,7 @@ learning` reads back."""
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from pathlib import Path
@@ -121,3 +122,54 @@ def test_a_kept_run_is_read_back_by_the_learning_table(tmp_path):
         kept_runs.keep_run(tmp_path / "missing", tmp_path / "kept" / "x")
     result = CliRunner().invoke(app, ["report", str(tmp_path / "kept")], catch_exceptions=False)
     assert result.exit_code == 0 and "complete" in result.output
+
+
+@pytest.mark.slow  # a short BC run, 2 MS-GRPO iterations and 4 evaluations of 20 maps (~10 min loaded)
+def test_the_frozen_lake_recipe_starts_from_a_policy_that_reads_the_map(tmp_path, monkeypatch):
+    """The frozenlake_maps recipe end to end at a small budget: BC on the planner (32 maps, 12 updates)
+    already solves held-out maps that random play and the base model never solve, in the strict format;
+    MS-GRPO starts from it, evaluates it on the same 20 maps before its first update (eval.json `before`
+    equals the BC run's own eval) and the learning table pairs the two."""
+    out = tmp_path / "fl"
+    argv = [
+        "learn_from_bc.py",
+        "--out",
+        str(out),
+        "--episodes",
+        "20",
+        "--steps",
+        "random",
+        "base",
+        "bc",
+        "rl",
+    ]
+    argv += [
+        "algo.iterations=2",
+        "algo.groups_per_iteration=4",
+        "algo.eval_every=0",
+        "algo.checkpoint_every=0",
+    ]
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(bench, "PRESETS", {**bench.PRESETS})
+    bc_args = ["algo.episodes=32", "algo.epochs=1", "algo.batch_size=16"]  # 12 updates
+    original = bench.commands
+
+    def small_bc(args: argparse.Namespace, out: Path, overrides: list[str]) -> dict[str, list[str]]:
+        steps = original(args, out, overrides)
+        return {**steps, "bc": [*steps["bc"], *bc_args]}
+
+    monkeypatch.setattr(bench, "commands", small_bc)
+    bench.main()
+    random, base, bc, rl = (bench.eval_json(out / name) for name in ("random", "base", "bc", "rl"))
+    assert random["success_rate"] == base["success_rate"] == 0.0 and base["invalid_rate"] == 1.0
+    assert bc["success_rate"] >= 0.25 and bc["untagged_rate"] == bc["invalid_rate"] == 0.0
+    assert rl["before"]["per_episode"] == bc["per_episode"]  # the start, on the same maps
+    assert rl["start"]["label"] == "planner BC" and rl["untagged_rate"] == 0.0
+    with (out / "report" / "learning.csv").open() as fh:
+        row = next(r for r in csv.DictReader(fh) if r["algo"] == "msgrpo")
+    assert (row["random"], row["base_model"], row["start"], row["gain_pairs"]) == (
+        "0.0",
+        "0.0",
+        "planner BC",
+        "20",
+    )
