@@ -39,7 +39,7 @@ def test_registered_env_passes_the_env_checker(gym_id):
         from agentrl.errors import ConfigError
         from agentrl.runs.serve import serving
 
-        with serving(["env=frozenlake"]) as (url, _):
+        with serving(["env=frozenlake", "env.map=4x4"]) as (url, _):
             env = gym.make(gym_id, url=url)
             check_env(env.unwrapped)
             assert env.reset(seed=0)[0].startswith("P _ _ _")
