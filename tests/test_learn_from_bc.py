@@ -131,8 +131,16 @@ def test_the_frozen_lake_recipe_starts_from_a_policy_that_reads_the_map(tmp_path
     MS-GRPO starts from it, evaluates it on the same 20 maps before its first update (eval.json `before`
     equals the BC run's own eval) and the learning table pairs the two."""
     out = tmp_path / "fl"
+    overrides = [
+        "algo.iterations=2",
+        "algo.groups_per_iteration=4",
+        "algo.eval_every=0",
+        "algo.checkpoint_every=0",
+    ]
+    # the overrides go first: `--steps` takes every word after it
     argv = [
         "learn_from_bc.py",
+        *overrides,
         "--out",
         str(out),
         "--episodes",
@@ -140,15 +148,8 @@ def test_the_frozen_lake_recipe_starts_from_a_policy_that_reads_the_map(tmp_path
         "--steps",
         "random",
         "base",
-        "bc",
-        "rl",
     ]
-    argv += [
-        "algo.iterations=2",
-        "algo.groups_per_iteration=4",
-        "algo.eval_every=0",
-        "algo.checkpoint_every=0",
-    ]
+    argv += ["bc", "rl"]
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.setattr(bench, "PRESETS", {**bench.PRESETS})
     bc_args = ["algo.episodes=32", "algo.epochs=1", "algo.batch_size=16"]  # 12 updates
