@@ -247,6 +247,18 @@ def has_decision_data(episode: Episode) -> bool:
     return decision_data(episode) is not None
 
 
+def final_coverage_regret(episode: Episode) -> tuple[float, float] | None:
+    """A bandit-like episode's share of arms tried by its last pull and its cumulative regret (the
+    `final_coverage` and `final_regret` that `decision_diagnostics` averages); None for other episodes."""
+    found = decision_data(episode) if episode.steps else None
+    if found is None:
+        return None
+    names, step_means = found
+    arms = [int(step.action) for step in episode.steps]
+    regret = sum(max(means) - means[arm] for arm, means in zip(arms, step_means, strict=True))
+    return len(set(arms)) / len(names), float(regret)
+
+
 def empirical_best_arms(counts: Sequence[int], sums: Sequence[float]) -> set[int]:
     """Tried arms whose empirical mean is the highest among tried arms (empty before the first pull)."""
     means = {a: sums[a] / n for a, n in enumerate(counts) if n > 0}
@@ -622,6 +634,7 @@ __all__ = [
     "decision_diagnostics",
     "diagnostics_section",
     "empirical_best_arms",
+    "final_coverage_regret",
     "game_boards",
     "has_rationale",
     "has_decision_data",

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from agentrl.diagnostics import diagnostics_section
+from agentrl.diagnostics import diagnostics_section, final_coverage_regret
 from agentrl.envs import TextEnv
 from agentrl.rollout import rollout
 from agentrl.runs.runlog import progress, write_json
@@ -73,6 +73,36 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
     return metrics
 
 
+def per_episode(episodes: Sequence[Episode]) -> dict[str, list[Any]]:
+    """Each episode's seed, return and success (0/1), and a bandit-like env's final action coverage and
+    cumulative regret, in play order: eval.json's and eval_before.json's `per_episode`, which `agentrl
+    report --table learning` pairs by seed for RL's gain over the model it started from."""
+    out: dict[str, list[Any]] = {
+        "seed": [e.seed for e in episodes],
+        "return": [float(e.episode_return) for e in episodes],
+        "success": [int(bool(e.success)) for e in episodes],
+    }
+    finals = [final_coverage_regret(e) for e in episodes]
+    if finals and all(f is not None for f in finals):
+        out["coverage"] = [f[0] for f in finals]  # type: ignore[index]
+        out["regret"] = [f[1] for f in finals]  # type: ignore[index]
+    return out
+
+
+def eval_record(
+    metrics: dict[str, Any], episodes: Sequence[Episode], ucb_c: float | None = None
+) -> dict[str, Any]:
+    """An evaluation as eval.json and eval_before.json keep it: the metrics, `diagnostics` for a
+    bandit-like env or tic-tac-toe (agentrl/diagnostics.py, knowing-doing judged against UCB1 with
+    `ucb_c`) and `per_episode`."""
+    data = dict(metrics)
+    diagnostics = diagnostics_section(episodes, ucb_c=ucb_c)
+    if diagnostics is not None:
+        data["diagnostics"] = diagnostics
+    data["per_episode"] = per_episode(episodes)
+    return data
+
+
 def evaluate(
     make_env: Callable[[], TextEnv],
     agent: Agent,
@@ -111,9 +141,8 @@ def write_eval(
     ucb_c: float | None = None,
     **extra: Any,
 ) -> Path:
-    """Write run_dir/eval.json ({**extra, **metrics}, plus `diagnostics` for a bandit-like env: the
-    RLFT decision-making diagnostics of agentrl/diagnostics.py, knowing-doing judged against UCB1 with
-    `ucb_c`), episodes.jsonl and, when any step carries an LLM generation, transcripts.jsonl (prompt,
+    """Write run_dir/eval.json (`extra` and `eval_record`: the metrics, `diagnostics` for a bandit-like
+    env or tic-tac-toe, `per_episode`), episodes.jsonl and, when any step carries an LLM generation, transcripts.jsonl (prompt,
     completion, parsed action, valid flag, reward; a scoring agent's action probabilities, an exploration
     mark, and the env's `reason` for a step when it gives one)."""
     run_dir = Path(run_dir)
@@ -145,9 +174,5 @@ def write_eval(
                         row["reason"] = s.reason  # why the env scored the step so
                     f.write(json.dumps(row) + "\n")
     path = run_dir / "eval.json"
-    data = {**extra, **metrics}
-    diagnostics = diagnostics_section(episodes, ucb_c=ucb_c)
-    if diagnostics is not None:
-        data["diagnostics"] = diagnostics
-    write_json(path, data)
+    write_json(path, {**extra, **eval_record(metrics, episodes, ucb_c=ucb_c)})
     return path

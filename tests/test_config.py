@@ -33,6 +33,7 @@ from agentrl.config.env import (
     BANDIT_MAX_ARMS,
     BANDIT_REWARDS,
     FROZENLAKE_MAPS,
+    FROZENLAKE_VIEWS,
     TICTACTOE_MARKS,
     TICTACTOE_OPPONENTS,
 )
@@ -294,10 +295,10 @@ def test_choices_match_the_modules_that_use_them():
     from agentrl.agents.llm import INVALID_RULES
     from agentrl.envs import ENV_SPECS
     from agentrl.envs.bandit import COLOURS, REWARD_KINDS
-    from agentrl.envs.frozenlake import MAP_CHOICES
+    from agentrl.envs.frozenlake import MAP_CHOICES, VIEW_CHOICES
     from agentrl.envs.tictactoe import MARKS, OPPONENTS
 
-    assert FROZENLAKE_MAPS == MAP_CHOICES
+    assert FROZENLAKE_MAPS == MAP_CHOICES and FROZENLAKE_VIEWS == VIEW_CHOICES
     assert BANDIT_REWARDS == REWARD_KINDS and BANDIT_MAX_ARMS == len(COLOURS)
     assert TICTACTOE_MARKS == MARKS and TICTACTOE_OPPONENTS == OPPONENTS
     assert INVALID_RULES == INVALID_RULES and BACKENDS == BACKENDS

@@ -52,7 +52,7 @@ def test_the_counter_counts_2n_per_token_forward_and_4n_more_backward(bench):
 def test_one_frozen_lake_iteration_on_the_tiny_model(tmp_path, monkeypatch):
     out = tmp_path / "mfu"
     argv = [str(SCRIPT), "--presets", "frozenlake_learn", "--threads", "1", "--peak-seconds", "0.02"]
-    overrides = ["model=tiny-random", "algo.group_size=2", "algo.groups_per_iteration=2", "env.max_steps=2"]
+    overrides = ["model=tiny-random", "algo.group_size=2", "algo.groups_per_iteration=2", "algo.max_steps=2"]
     overrides += ["algo.min_informative_groups=0", "algo.max_rollout_rounds=1"]
     monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), *overrides])
     threads = torch.get_num_threads()

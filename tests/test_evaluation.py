@@ -69,6 +69,25 @@ def test_evaluate_and_write_eval(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "transcripts.jsonl").read_text().splitlines()]
     assert rows[0]["prompt"] == "PROMPT" and rows[0]["completion"] == "<action>left</action>"
     assert len(rows) == sum(e.length for e in episodes)
+    assert data["per_episode"] == {
+        "seed": [1, 2, 3],
+        "return": [e.episode_return for e in episodes],
+        "success": [int(e.success) for e in episodes],
+    }
+
+
+def test_per_episode_coverage_and_regret_average_to_the_diagnostics():
+    from agentrl.evaluation import eval_record
+
+    record = eval_record(*evaluate(env_factory({"name": "bandit", "horizon": 6}), RandomAgent(), range(8)))
+    per, diagnostics = record["per_episode"], record["diagnostics"]
+    assert len(per["coverage"]) == len(per["regret"]) == 8 and len(set(per["coverage"])) > 1
+    assert sum(per["coverage"]) / 8 == pytest.approx(diagnostics["final_coverage"]["mean"])
+    assert sum(per["regret"]) / 8 == pytest.approx(diagnostics["final_regret"]["mean"])
+    assert (
+        "coverage"
+        not in eval_record(*evaluate(env_factory({"name": "snake"}), RandomAgent(), [1]))["per_episode"]
+    )
 
 
 class _RecordingBar:

@@ -22,7 +22,7 @@ CHECKED_ELSEWHERE = {"agentrl/DataSciCoding-v0"}
 def test_import_agentrl_registers_the_ids_in_a_fresh_interpreter():
     code = (
         "import sys, gymnasium, agentrl\n"
-        "env = gymnasium.make('agentrl/FrozenLake-v0')\n"
+        "env = gymnasium.make('agentrl/FrozenLake-v0', map='4x4')\n"
         "obs, info = env.reset(seed=0)\n"
         "assert obs.startswith('P _ _ _'), obs\n"
         f"assert all(i in gymnasium.registry for i in {GYM_IDS!r})\n"
@@ -39,7 +39,7 @@ def test_registered_env_passes_the_env_checker(gym_id):
         from agentrl.errors import ConfigError
         from agentrl.runs.serve import serving
 
-        with serving(["env=frozenlake"]) as (url, _):
+        with serving(["env=frozenlake", "env.map=4x4"]) as (url, _):
             env = gym.make(gym_id, url=url)
             check_env(env.unwrapped)
             assert env.reset(seed=0)[0].startswith("P _ _ _")

@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "iteration_speed.py"
-TINY = ["model=tiny-random", "algo.group_size=2", "algo.groups_per_iteration=2", "env.max_steps=2"]
+TINY = ["model=tiny-random", "algo.group_size=2", "algo.groups_per_iteration=2", "algo.max_steps=2"]
 TINY += ["algo.min_informative_groups=0", "algo.max_rollout_rounds=1"]
 
 

@@ -13,6 +13,7 @@ from helpers import WeightCasts, fast_paths, interrupt_rollout
 from agentrl.config import compose_config, typed
 from agentrl.envs import env_factory
 from agentrl.envs.base import TextEnv
+from agentrl.errors import ConfigError
 from agentrl.runs.runlog import checkpoint_problem, newest_checkpoint
 from agentrl.trainers.grpo_trainer import MultiStepTrainer
 from agentrl.trainers.iteration import training_seed
@@ -727,3 +728,19 @@ def test_a_token_budget_gives_the_same_update(tmp_path):
     assert moved
     for name in before:
         torch.testing.assert_close(split[name], whole[name], atol=1e-6, rtol=1e-5)
+
+
+def test_training_episodes_are_cut_at_algo_max_steps_on_the_same_instances():
+    from agentrl.trainers.multistep import _train_env
+
+    cfg = make_cfg("algo.max_steps=2", "algo.curriculum.random_start=0")
+    make_train, options = _train_env(cfg, typed(cfg.algo), env_factory)
+    train, standard = make_train(), env_factory(cfg.env)()
+    assert options is None and (train.max_steps, standard.max_steps) == (2, 8)
+    for seed in range(5):  # the maps are the eval env's: drawn solvable within its own 8-move cap
+        assert train.reset(seed=seed)[1]["state"]["map"] == standard.reset(seed=seed)[1]["state"]["map"]
+    train.reset(seed=0)
+    assert [train.step("left")[3] for _ in range(2)] == [False, True]  # truncated after 2 moves
+    with pytest.raises(ConfigError, match="algo.max_steps needs an env with a move cap"):
+        bandit = make_cfg("env=bandit", "algo.max_steps=2", "algo.curriculum.random_start=0")
+        _train_env(bandit, typed(bandit.algo), env_factory)

@@ -23,7 +23,9 @@ def context(env, obs_info) -> StepContext:
 
 # ---- Frozen Lake ---------------------------------------------------------------------------------
 def test_planner_solves_fixed_4x4_map_in_every_seed():
-    episodes = rollout(lambda: make_env("frozenlake"), PlannerAgent("frozenlake", ucb_c=2.0), range(20))
+    episodes = rollout(
+        lambda: make_env("frozenlake", map="4x4"), PlannerAgent("frozenlake", ucb_c=2.0), range(20)
+    )
     assert len(episodes) == 20
     assert all(e.success and e.episode_return == 1.0 for e in episodes)
     assert {e.length for e in episodes} == {6}  # the shortest path
@@ -36,6 +38,20 @@ def test_planner_solves_random_maps_within_the_cap():
     assert mean_return(episodes) > mean_return(random_episodes) + 0.8
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"size": 6}, {"size": 8}, {"map": "8x8"}, {"map": "random", "p": 0.6, "size": 8, "max_steps": 14}],
+)
+def test_planner_solves_every_board_at_its_cap(kwargs):
+    episodes = rollout(lambda: make_env("frozenlake", **kwargs), PlannerAgent("frozenlake"), range(30))
+    assert all(e.success for e in episodes)
+
+
+def test_planner_mostly_solves_slippery_random_maps_at_the_default_cap():
+    episodes = rollout(lambda: make_env("frozenlake", slippery=True), PlannerAgent("frozenlake"), range(50))
+    assert np.mean([e.success for e in episodes]) > 0.7  # 0.88 over seeds 0-99 (the 8-move cap: 0.06)
+
+
 def test_planner_shortest_path_on_8x8():
     episodes = rollout(
         lambda: make_env("frozenlake", map="8x8", max_steps=14), PlannerAgent("frozenlake"), [0]
@@ -45,7 +61,7 @@ def test_planner_shortest_path_on_8x8():
 
 def test_value_iteration_on_slippery_ice_beats_random():
     def make():
-        return make_env("frozenlake", slippery=True, max_steps=100)
+        return make_env("frozenlake", map="4x4", slippery=True, max_steps=100)
 
     planned = rollout(make, PlannerAgent("frozenlake"), range(100))
     random_play = rollout(make, RandomAgent(), range(100))
@@ -55,7 +71,7 @@ def test_value_iteration_on_slippery_ice_beats_random():
 
 
 def test_frozenlake_planner_avoids_holes_next_to_it():
-    env = make_env("frozenlake")
+    env = make_env("frozenlake", map="4x4")
     env.reset(seed=0)
     env.step("down")  # (1, 0): right is the hole at (1, 1)
     ctx = context(env, (env.render_text(), env._info(success=False)))

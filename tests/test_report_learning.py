@@ -214,16 +214,17 @@ def test_learning_table_through_the_cli(runs, tmp_path, monkeypatch):
 
     md = (out / "learning.md").read_text()
     assert (
-        '| frozenlake | msgrpo | smollm2-135m | one token after "Move:" | success_rate | 0.000 | 0.950 ± 0.050 |'
-        in md
+        '| frozenlake | msgrpo | smollm2-135m | one token after "Move:" | success_rate | – | – | – | base model 0.000 '
+        "| 0.950 ± 0.050 | – |" in md
     )
     assert "`agentrl train experiment=frozenlake_learn seed=0`" in md
     assert (
-        "| kitchen | poad | smollm2-135m | <action> tag | success_rate | – | 0.000 ± 0.000 |  | – | 0.50 |"
-        in md
+        "| kitchen | poad | smollm2-135m | <action> tag | success_rate | – | – | – | base model – | 0.000 ± 0.000 "
+        "| – |  | – | 0.50 |" in md
     )
-    assert "| coverage | 0.860 | 0.740 ± 0.020 | regret 5.850 → 6.000 | 0.888 | 2.0 |" in md
-    assert "| success_rate | 0.000 | 0.950 ± 0.050 |  | 0.000 | 10.0 |" in md
+    assert "| base model 0.860 | 0.740 ± 0.020 | – | regret 5.850 → 6.000 | 0.888 | 2.0 |" in md
+    assert "| base model 0.000 | 0.950 ± 0.050 | – |  | 0.000 | 10.0 |" in md
+    assert "| untrained network – | 7.500 ± 2.100 |" in md
     # every row shows on the terminal with its env and algo
     for env, algo in (("frozenlake", "msgrpo"), ("tictactoe", "rlft"), ("bandit", "rlft"), ("snake", "dqn")):
         assert any(line.split()[1:3] == [env, algo] for line in tables.splitlines()), (env, algo)
@@ -237,3 +238,93 @@ def test_learning_table_without_training_runs(tmp_path):
     )
     result = CliRunner().invoke(app, ["report", str(root), "--table", "learning"])
     assert result.exit_code != 0 and "no complete training runs" in result.output
+
+
+def _config(path: Path, cfg: dict) -> None:
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"task={cfg['task']}"]))
+
+
+def test_learning_rows_pair_the_start_and_find_baselines_on_the_same_instances(tmp_path):
+    root = tmp_path / "outputs"
+    env = {"name": "frozenlake", "map": "random", "size": 4, "max_steps": None}
+    agent = {"name": "llm", "prefill": "", "cot": False, "lenient": False, "sampling": {"max_new_tokens": 8}}
+    model = {"name": "smollm2-135m", "name_or_path": "builtin:smollm2-135m"}
+    evals = {"episodes": 4, "seed_offset": 1000000}
+    seeds = [1000000, 1000001, 1000002, 1000003]
+
+    def per(success: list[int]) -> dict:
+        return {"seed": seeds, "return": [float(s) for s in success], "success": success}
+
+    trained = root / "rl"
+    _config(
+        trained,
+        {
+            "task": "train",
+            "seed": 0,
+            "env": env,
+            "agent": agent,
+            "model": model,
+            "algo": {"name": "msgrpo"},
+            "eval": evals,
+            "init_from": "/gone/bc",
+        },
+    )
+    after = [1, 1, 0, 1]
+    before = {"episodes": 4, "success_rate": 0.25, "mean_return": 0.25, "per_episode": per([0, 1, 0, 0])}
+    (trained / "eval.json").write_text(
+        json.dumps(
+            {
+                "episodes": 4,
+                "success_rate": 0.75,
+                "mean_return": 0.75,
+                "return_stderr": 0.25,
+                "untagged_rate": 0.0,
+                "per_episode": {**per(after), "seed": seeds[::-1], "success": after[::-1]},  # paired by seed
+                "start": {"label": "planner BC", "run": "/gone/bc"},
+                "before": before,
+            }
+        )
+    )
+    # eval runs: the three baselines on the same instances, and runs that must not count as them
+    found = {"random": 0.0, "planner": 1.0, "llm": 0.05}
+    for name, success in found.items():
+        _config(
+            root / name,
+            {
+                "task": "eval",
+                "seed": 0,
+                "env": env,
+                "model": model,
+                "eval": evals,
+                "agent": agent if name == "llm" else {"name": name},
+            },
+        )
+        (root / name / "eval.json").write_text(json.dumps({"episodes": 4, "success_rate": success}))
+    others = {
+        "random_other_seed": ({"name": "random"}, {"seed": 1}),
+        "planner_fixed_map": ({"name": "planner"}, {"env": {**env, "map": "4x4"}}),
+        "llm_other_format": ({**agent, "prefill": "I move"}, {}),
+    }
+    for name, (their_agent, changes) in others.items():
+        cfg = {"task": "eval", "seed": 0, "env": env, "model": model, "eval": evals, "agent": their_agent}
+        _config(root / name, {**cfg, **changes})
+        (root / name / "eval.json").write_text(json.dumps({"episodes": 4, "success_rate": 0.5}))
+
+    out = tmp_path / "rep"
+    result = CliRunner().invoke(app, ["report", str(root), "--table", "learning", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    row = _rows(out / "learning.csv")["rl"]
+    assert (row["random"], row["planner"], row["base_model"], row["start"]) == (
+        "0.0",
+        "1.0",
+        "0.05",
+        "planner BC",
+    )
+    assert (float(row["before"]), float(row["after"])) == (0.25, 0.75)
+    # differences 1, 0, 0, 1: mean 0.5, sample std 0.577, stderr 0.289
+    assert float(row["gain"]) == 0.5 and row["gain_pairs"] == "4"
+    assert float(row["gain_stderr"]) == pytest.approx(math.sqrt(1 / 3) / 2)
+    md = (out / "learning.md").read_text()
+    assert "| 0.000 | 1.000 | 0.050 | planner BC 0.250 | 0.750 ± 0.250 | +0.500 ± 0.289 (n=4) |" in md

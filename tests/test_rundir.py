@@ -51,7 +51,7 @@ DQN = [
     "eval.episodes=5",
 ]
 # eval.json fields that name the moment or the process, not the result
-VOLATILE = {"created", "wall_time_s", "train_time_s", "iterations", "total_timesteps", "before"}
+VOLATILE = {"created", "wall_time_s", "train_time_s", "iterations", "total_timesteps", "before", "start"}
 
 
 def invoke(*args: str):

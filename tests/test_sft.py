@@ -25,7 +25,7 @@ TINY_SFT = [
     "model=tiny-random",
     "agent.prefill=''",
     "agent.sampling.max_new_tokens=6",
-    "algo.episodes=1",  # the planner's 6 moves on the fixed 4x4 map
+    "algo.episodes=1",  # the planner's 6 moves on a random 4x4 map
     "algo.batch_size=3",
     "algo.epochs=1",  # 2 updates
     "algo.learning_rate=1e-3",
@@ -178,6 +178,12 @@ def test_sft_writes_a_training_run_moves_the_weights_and_lowers_the_answer_loss(
     saved = json.loads((sft_run / "eval.json").read_text())
     assert saved["algo"] == "sft" and saved["model"] == "tiny-random"
     assert {"success_rate", "invalid_rate", "untagged_rate", "before", "train_time_s"} <= set(saved)
+    # the start and the trained model on the same held-out seeds, episode by episode (report's paired gain)
+    assert saved["start"] == {"label": "base model"}
+    for evaluated in (saved, saved["before"]):
+        per = evaluated["per_episode"]
+        assert per["seed"] == [1000000] and per["success"] == [int(evaluated["success_rate"])]
+        assert per["return"] == [evaluated["mean_return"]]
     demo = saved["demonstrations"]
     assert demo["demonstrations"] == "planner" and demo["steps"] == 6 and demo["success_rate"] == 1.0
     assert demo["answer_nll_after"] < demo["answer_nll_before"]
@@ -202,6 +208,20 @@ def test_init_from_loads_the_runs_weights_and_is_shown_by_dry_run(sft_run):
     result = CliRunner().invoke(app, ["train", *overrides[1:], "--dry-run"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert f"init_from {sft_run} (final; trained sft)" in " ".join(result.output.split())
+
+
+def test_a_run_names_what_it_starts_from(sft_run):
+    from agentrl.runs.trained import start_description
+
+    cfg = compose_config(["task=train", "algo=msgrpo", "model=tiny-random", f"init_from={sft_run}"])
+    assert start_description(cfg) == {
+        "label": "planner BC",
+        "run": str(sft_run.resolve()),
+        "checkpoint": "final",
+        "algo": "sft",
+    }
+    assert start_description(compose_config(["task=train", "algo=msgrpo"])) == {"label": "base model"}
+    assert start_description(compose_config(["task=train", "algo=dqn"])) == {"label": "untrained network"}
 
 
 def test_init_from_another_model_is_refused_in_one_line(sft_run, tmp_path):

@@ -226,7 +226,7 @@ def test_final_and_checkpoints_carry_a_hub_model_card(trained):
     text = card.text
     for needle in (
         "MS-GRPO",
-        "`env=frozenlake` (map=4x4",
+        "`env=frozenlake` (map=random, size=4",
         "| before training | ",
         "| after training | ",
         "invalid | untagged",

@@ -367,7 +367,7 @@ def test_rollout_on_frozenlake_through_the_engine(tiny):
     agent = training_view(train, backend)
     assert agent.backend is backend and agent.interface is train.interface
     backend.sync_weights(step=0)
-    episodes = rollout(lambda: make_env("frozenlake", max_steps=4), agent, [0, 1])
+    episodes = rollout(lambda: make_env("frozenlake", size=3, max_steps=4), agent, [0, 1])
     steps = [step for episode in episodes for step in episode.steps]
     assert steps and len(fake.calls) == max(e.length for e in episodes)  # one batched call per step
     assert sum(fake.calls) == len(steps)

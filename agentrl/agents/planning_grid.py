@@ -14,32 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.envs.frozenlake import FrozenLakeEnv, transition_model
+from agentrl.envs.frozenlake import MOVES, FrozenLakeEnv, goal_distances, transition_model
 from agentrl.envs.snake import DIRECTIONS, SnakeEnv
 from agentrl.types import StepContext
 
 Cell = tuple[int, int]
 
 # ---- Frozen Lake ---------------------------------------------------------------------------------
-#: (row delta, col delta) per FrozenLake action, in the env's (gymnasium's) order left, down, right, up
-_LAKE_MOVES: list[Cell] = [(0, -1), (1, 0), (0, 1), (-1, 0)]
 assert FrozenLakeEnv.action_names == ["left", "down", "right", "up"]
-
-
-def _lake_distances(rows: tuple[str, ...]) -> dict[Cell, int]:
-    """Moves from each cell to the goal over ice, by BFS backwards from the goal (moves are reversible)."""
-    n = len(rows)
-    goal = next((r, c) for r in range(n) for c in range(n) if rows[r][c] == "G")
-    dist = {goal: 0}
-    queue = deque([goal])
-    while queue:
-        r, c = queue.popleft()
-        for dr, dc in _LAKE_MOVES:
-            nxt = (r + dr, c + dc)
-            if 0 <= nxt[0] < n and 0 <= nxt[1] < n and nxt not in dist and rows[nxt[0]][nxt[1]] != "H":
-                dist[nxt] = dist[(r, c)] + 1
-                queue.append(nxt)
-    return dist
 
 
 @lru_cache(maxsize=256)
@@ -75,9 +57,9 @@ def frozenlake_action(ctx: StepContext, gamma: float = 0.99, **_: Any) -> int:
     n, pos = len(rows), (int(state["row"]), int(state["col"]))
     if state.get("slippery"):
         return int(np.argmax(_lake_q_values(rows, float(gamma))[pos[0] * n + pos[1]]))
-    dist = _lake_distances(rows)
+    dist = goal_distances(rows)
     best, best_dist = None, None
-    for action, (dr, dc) in enumerate(_LAKE_MOVES):
+    for action, (dr, dc) in enumerate(MOVES):
         # Moving into the edge leaves the player in place (gymnasium's rule).
         nxt = (min(max(pos[0] + dr, 0), n - 1), min(max(pos[1] + dc, 0), n - 1))
         if rows[nxt[0]][nxt[1]] == "H":

@@ -11,6 +11,7 @@ from agentrl.config.base import Schema, setting
 # Choices of the env constructors and consumers; tests/test_config.py checks they match the modules, so
 # composing a config stays free of torch, trl and the env modules.
 FROZENLAKE_MAPS = ("4x4", "8x8", "random")
+FROZENLAKE_VIEWS = ("board", "board+neighbours")
 BANDIT_REWARDS = ("bernoulli", "gaussian")
 BANDIT_MAX_ARMS = 24  # colour names available for the buttons (envs/bandit.py COLOURS)
 CONTEXTUAL_MAX_FEATURES = 12  # context feature names (envs/contextual_bandit.py FEATURE_NAMES)
@@ -36,15 +37,28 @@ class FrozenLakeConfig(EnvSchema):
 
     name: str = setting("frozenlake", "env registry name", choices=("frozenlake",))
     map: str = setting(
-        "4x4",
-        "4x4 or 8x8 (gymnasium's fixed maps) or random (a new size x size map per reset seed)",
-        "paper",
+        "random",
+        "random (a new size x size map per reset seed: held-out eval seeds play unseen maps) or 4x4 / 8x8 "
+        "(gymnasium's fixed maps)",
+        "code",
         choices=FROZENLAKE_MAPS,
     )
     size: int = setting(4, "side of the board for map=random (ignored for the fixed maps)", ge=2)
     p: float = setting(0.8, "map=random: probability a tile is frozen (generate_random_map)", gt=0, le=1)
     slippery: bool = setting(False, "slippery ice: intended move 1/3, each perpendicular move 1/3", "paper")
-    max_steps: int = setting(8, "move cap (truncation); the paper caps episodes at 8 moves", "paper", ge=1)
+    max_steps: int | None = setting(
+        None,
+        "move cap (truncation); null: 2 x the side (the paper's 8 on 4x4), 25 x the side when slippery. "
+        "Random maps are drawn solvable within it; a cap no route fits is refused",
+        "paper",
+        ge=1,
+    )
+    view: str = setting(
+        "board",
+        "observation text: the board with coordinates, or also what each move runs into (edge, ice, hole, "
+        "goal)",
+        choices=FROZENLAKE_VIEWS,
+    )
 
 
 @dataclass

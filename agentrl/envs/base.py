@@ -78,6 +78,11 @@ class TextEnv(gym.Env):
         None where the env states none."""
         return None
 
+    def describe(self) -> str | None:
+        """One line on the task the settings make (the map, the cap), shown by `--dry-run`; None where the
+        settings say it all."""
+        return None
+
     def default_action(self) -> int:
         """The action executed when an agent's answer cannot be parsed (`penalty_default` rule)."""
         return self.action_index(self.valid_actions()[0])

@@ -1,9 +1,22 @@
 """The learning table (`agentrl report DIR --table learning`): one row per complete training run, what it
 learned on held-out seeds and how it was asked to answer.
 
-Columns: env, algo, model, answer format, the env's primary metric before training (eval.json `before`)
-and after (± standard error over the eval episodes), a second metric where the env has one, the share
-of untagged answers, the invalid share, minutes of training and the command that made the run.
+Columns: env, algo, model, answer format, the env's primary metric for the baselines on the same held-out
+instances (random, planner, the base model: eval runs found under the same directories, below), the start
+(what training began from, eval.json `start`, and its score before the first update, eval.json `before`),
+after training (± standard error over the eval episodes), RL's gain over the start paired seed by seed
+(± standard error of the paired differences), a second metric where the env has one, the share of
+untagged answers, minutes of training and the command that made the run.
+
+Baselines: a complete `agentrl eval` run under the searched directories counts for a training run when it
+played the same held-out instances (the same `env` settings and the same eval seeds: `seed`,
+`eval.seed_offset`, `eval.episodes`); `random` and `planner` are `agent=random` / `agent=planner`, `base
+model` an LLM eval of the run's base model (`model.name_or_path`, no `from_run`) asked in the same format
+(the agent's interface settings equal). "–" where none was found.
+
+RL's gain over the start: eval.json's `per_episode` values of the final eval and of its `before` block
+(the start on the same seeds), paired by seed: the mean difference and its standard error (sample std of
+the differences / sqrt(n)).
 
 Primary metric per env (`PRIMARY`), the quantity the learning targets are set on:
 
@@ -29,6 +42,7 @@ Files: `learning.md` and `learning.csv` in the output directory.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import shlex
@@ -104,16 +118,46 @@ PRIMARY: dict[str, tuple[str, str | None]] = {
 }
 DEFAULT_PRIMARY = ("success_rate", None)
 
+#: the eval.json `per_episode` list each metric pairs (None: not paired)
+PER_EPISODE: dict[str, str | None] = {
+    "success_rate": "success",
+    "mean_return": "return",
+    "coverage": "coverage",
+    "regret": "regret",
+    "win_rate": None,
+}
+#: agent settings that make two LLM evaluations ask in the same format
+INTERFACE_KEYS = (
+    "history",
+    "history_observations",
+    "cot",
+    "answer_tag",
+    "lenient",
+    "system_prompt",
+    "prefill",
+    "invalid_rule",
+    "invalid_penalty",
+    "decision",
+)
+BASELINES = ("random", "planner", "base model")
+
 CSV_COLUMNS = [
     "env",
     "algo",
     "model",
     "answer_format",
     "metric",
+    "random",
+    "planner",
+    "base_model",
+    "start",
     "before",
     "before_stderr",
     "after",
     "after_stderr",
+    "gain",
+    "gain_stderr",
+    "gain_pairs",
     "second_metric",
     "second_before",
     "second_after",
@@ -134,9 +178,13 @@ MD_HEADERS = [
     "model",
     "answer format",
     "metric",
-    "before",
+    "random",
+    "planner",
+    "base model",
+    "start",
     "after ± stderr",
-    "also (before → after)",
+    "RL's gain over the start (paired) ± stderr",
+    "also (start → after)",
     "untagged",
     "minutes",
     "command",
@@ -154,6 +202,9 @@ class LearningRow:
     second_before: Value
     second_after: Value
     command: str
+    start: str = "–"  # what training began from (eval.json `start`)
+    gain: tuple[float, float, int] = (math.nan, math.nan, 0)  # paired mean difference, its stderr, pairs
+    baselines: dict[str, float] = dataclasses.field(default_factory=dict)  # BASELINES -> primary metric
 
     @property
     def minutes(self) -> float:
@@ -169,10 +220,17 @@ class LearningRow:
             "model": r.model,
             "answer_format": self.answer_format,
             "metric": self.metric,
+            "random": _blank(self.baselines.get("random")),
+            "planner": _blank(self.baselines.get("planner")),
+            "base_model": _blank(self.baselines.get("base model")),
+            "start": self.start,
             "before": _blank(self.before[0]),
             "before_stderr": _blank(self.before[1]),
             "after": _blank(self.after[0]),
             "after_stderr": _blank(self.after[1]),
+            "gain": _blank(self.gain[0]),
+            "gain_stderr": _blank(self.gain[1]),
+            "gain_pairs": self.gain[2] or "",
             "second_metric": self.second or "",
             "second_before": _blank(self.second_before[0]),
             "second_after": _blank(self.second_after[0]),
@@ -192,14 +250,18 @@ class LearningRow:
         also = ""
         if self.second:
             also = f"{self.second} {_fmt(self.second_before)} → {_fmt(self.second_after)}"
+        baselines = [_fmt((_nan(self.baselines.get(b)), math.nan)) for b in BASELINES]
+        gain = _fmt(self.gain[:2], with_err=True, signed=True)
         return [
             self.run.env,
             self.run.agent,
             self.run.model,
             self.answer_format,
             self.metric,
-            _fmt(self.before),
+            *baselines,
+            f"{self.start} {_fmt(self.before)}",
             _fmt(self.after, with_err=True),
+            gain if math.isnan(self.gain[0]) else f"{gain} (n={self.gain[2]})",
             also,
             _fmt((_nan(_number(self.run.eval.get("untagged_rate"))), math.nan)),
             "–" if math.isnan(self.minutes) else f"{self.minutes:.{2 if self.minutes < 1 else 1}f}",
@@ -215,12 +277,12 @@ def _blank(value: float | None) -> Any:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def _fmt(value: Value, with_err: bool = False) -> str:
+def _fmt(value: Value, with_err: bool = False, signed: bool = False) -> str:
     mean, err = value
     if math.isnan(mean):
         return "–"
     digits = 2 if abs(mean) >= 10 else 3
-    text = f"{mean:.{digits}f}"
+    text = f"{mean:{'+' if signed else ''}.{digits}f}"
     return text + (f" ± {err:.{digits}f}" if with_err and not math.isnan(err) else "")
 
 
@@ -290,7 +352,68 @@ def _shell_word(override: str) -> str:
     return f'"{override}"'
 
 
-def learning_row(record: RunRecord) -> LearningRow:
+def paired_gain(before: dict[str, Any], after: dict[str, Any], metric: str) -> tuple[float, float, int]:
+    """The after-minus-before difference of `metric`'s per-episode values (eval.json `per_episode`) over
+    the seeds both played: (mean, standard error, pairs); nan where the values are not recorded."""
+    key = PER_EPISODE.get(metric)
+    lists = [d.get("per_episode") for d in (before, after)]
+    if key is None or not all(isinstance(x, dict) for x in lists):
+        return math.nan, math.nan, 0
+    first, second = (dict(zip(x.get("seed", []), x.get(key, []), strict=False)) for x in lists)  # type: ignore[union-attr]
+    diffs = [float(second[s]) - float(first[s]) for s in second if s in first]
+    n = len(diffs)
+    if n == 0:
+        return math.nan, math.nan, 0
+    mean = sum(diffs) / n
+    err = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) if n > 1 else math.nan
+    return mean, err, n
+
+
+def _instances(cfg: dict[str, Any]) -> str | None:
+    """The held-out instances a run evaluated on: its env settings and eval seeds (as JSON text)."""
+    env, evals = cfg.get("env"), cfg.get("eval")
+    if not isinstance(env, dict) or not isinstance(evals, dict):
+        return None
+    try:
+        seeds = [int(evals["seed_offset"]), int(cfg.get("seed", 0)), int(evals["episodes"])]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return json.dumps({"env": env, "seeds": seeds}, sort_keys=True, default=str)
+
+
+def _interface(cfg: dict[str, Any]) -> str:
+    """The base model and how it is asked to answer (as JSON text)."""
+    agent = cfg.get("agent") if isinstance(cfg.get("agent"), dict) else {}
+    sampling = agent.get("sampling") if isinstance(agent.get("sampling"), dict) else {}
+    model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
+    keys = {k: agent.get(k) for k in INTERFACE_KEYS}
+    keys["max_new_tokens"] = sampling.get("max_new_tokens")
+    return json.dumps({"model": model.get("name_or_path"), **keys}, sort_keys=True, default=str)
+
+
+def baseline_index(records: Sequence[RunRecord]) -> dict[tuple[str, ...], RunRecord]:
+    """Complete eval runs that are baselines: (instances, "random" | "planner") and (instances, "base
+    model", interface) -> the run (the last one found when several match)."""
+    index: dict[tuple[str, ...], RunRecord] = {}
+    for record in records:
+        if record.is_training or record.status != COMPLETE or record.marker:
+            continue
+        try:
+            cfg = _load_config(record.path / ".hydra" / "config.yaml")
+        except Exception:  # noqa: BLE001 - load_run read it already
+            continue
+        instances = _instances(cfg)
+        if instances is None or cfg.get("from_run") is not None:
+            continue
+        agent = cfg.get("agent", {}).get("name") if isinstance(cfg.get("agent"), dict) else None
+        if agent in ("random", "planner"):
+            index[(instances, agent)] = record
+        elif agent == "llm":
+            index[(instances, "base model", _interface(cfg))] = record
+    return index
+
+
+def learning_row(record: RunRecord, baselines: dict[tuple[str, ...], RunRecord] | None = None) -> LearningRow:
     try:
         cfg = _load_config(record.path / ".hydra" / "config.yaml")
     except Exception:  # noqa: BLE001 - load_run read it already; a race leaves the format unknown
@@ -299,6 +422,14 @@ def learning_row(record: RunRecord) -> LearningRow:
     primary, second = PRIMARY.get(record.env, DEFAULT_PRIMARY)
     before = record.eval.get("before") if isinstance(record.eval.get("before"), dict) else {}
     none: Value = (math.nan, math.nan)
+    found: dict[str, float] = {}
+    instances = _instances(cfg)
+    for name in BASELINES:
+        key = (instances, name, _interface(cfg)) if name == "base model" else (instances, name)
+        match = (baselines or {}).get(key) if instances is not None else None  # type: ignore[arg-type]
+        if match is not None and not math.isnan(METRICS[primary](match.eval)[0]):
+            found[name] = METRICS[primary](match.eval)[0]
+    start = record.eval.get("start") if isinstance(record.eval.get("start"), dict) else {}
     return LearningRow(
         run=record,
         answer_format=answer_format(record, agent),
@@ -309,7 +440,17 @@ def learning_row(record: RunRecord) -> LearningRow:
         second_before=METRICS[second](before) if second and before else none,
         second_after=METRICS[second](record.eval) if second else none,
         command=command(record.path),
+        start=str(start.get("label") or _start_label(record, cfg)),
+        gain=paired_gain(before, record.eval, primary) if before else (math.nan, math.nan, 0),
+        baselines=found,
     )
+
+
+def _start_label(record: RunRecord, cfg: dict[str, Any]) -> str:
+    """What a run without eval.json `start` began from, by its config."""
+    if cfg.get("init_from") is not None:
+        return "init_from run"
+    return "untrained network" if record.agent in NON_LLM_ALGOS else "base model"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,8 +468,11 @@ def render_learning_markdown(report: LearningReport) -> str:
     parts = [
         "# Learning table",
         "",
-        "One row per complete training run: the env's primary metric on held-out seeds before the first "
-        "update (eval.json `before`) and after training (± standard error over the eval episodes). "
+        "One row per complete training run: the env's primary metric on held-out seeds for the baselines "
+        "on the same instances (random, planner and the base model, from eval runs found beside it), for "
+        "the start (what training began from, before the first update: eval.json `before`) and after "
+        "training (± standard error over the eval episodes); RL's gain over the start is paired seed by "
+        "seed (± standard error of the differences, n pairs). "
         "Primary metric: success rate (frozenlake, kitchen), mean return (snake, tictactoe with the win "
         "rate beside it, datascicoding), final action coverage with the final cumulative regret beside it "
         "(bandit, contextual_bandit). untagged: share of answers without the asked-for tag that the "
@@ -353,15 +497,17 @@ def build_learning_report(
     paths = [Path(p) for p in paths]
     if not paths:
         raise RunDirError("report: give at least one directory")
-    records = [r for r in (load_run(d) for d in find_runs(paths)) if r.is_training]
+    loaded = [load_run(d) for d in find_runs(paths)]
+    records = [r for r in loaded if r.is_training]
     complete = [r for r in records if r.status == COMPLETE]
+    baselines = baseline_index(loaded)
     if not complete:
         where = ", ".join(map(str, paths))
         raise RunDirError(
             f"report --table learning: no complete training runs (with eval.json) under {where}"
         )
     rows = sorted(
-        (learning_row(r) for r in complete),
+        (learning_row(r, baselines) for r in complete),
         key=lambda row: [_natural(p) for p in (row.run.env, row.run.agent, row.run.model, str(row.run.path))],
     )
     out_dir = Path(out_dir) if out_dir is not None else paths[0]
@@ -390,8 +536,8 @@ def print_learning_report(report: LearningReport, console: Any) -> None:
         ["#", *MD_HEADERS],
         rows,
         keys=3,
-        fold=[3, 4, 8, 11],
-        right=[0, 6, 7, 9, 10],
+        fold=[3, 4, 9, 11, 12, 15],
+        right=[0, 6, 7, 8, 10, 13, 14],
         show_lines=True,
     )
     if report.skipped:
@@ -403,7 +549,9 @@ __all__ = [
     "LearningReport",
     "LearningRow",
     "answer_format",
+    "baseline_index",
     "build_learning_report",
     "command",
     "learning_row",
+    "paired_gain",
 ]

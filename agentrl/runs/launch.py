@@ -55,6 +55,7 @@ from agentrl.runs.rundir import (
 from agentrl.runs.trained import (
     eval_overrides,
     plays_trained_model,
+    start_description,
     trained_model,
     with_init_weights,
 )
@@ -718,7 +719,7 @@ def run_train(cfg: DictConfig, run_dir: Path, resume: bool | None = None) -> dic
         result = train(with_init_weights(cfg), run_dir, env_factory, resume=resume)
         if tracked is not None:  # a resumed run logged its evaluation before training already
             tracked.log_evaluations(None if resume else result.extra.get("before"), result.metrics)
-    extra = dict(result.extra)
+    extra = {"start": start_description(cfg), **result.extra}
     if not dist.is_main():  # of several processes, the first writes the results
         return {**result.metrics, **extra}
     if resume and "train_time_s" in extra:

@@ -28,6 +28,11 @@ def plan_lines(plan: Plan) -> list[str]:
         return ", ".join(f"{k}={_shown(v)}" for k, v in values.items() if k not in skip)
 
     lines.append(f"  env    {cfg.env.name}: {settings(cfg.env)}")
+    from agentrl.envs import env_factory
+
+    task = env_factory(cfg.env)().describe()  # what the settings make: the real map and move cap
+    if task:
+        lines.append(f"  task   {task}")
     uses_llm = (
         cfg.algo.name in LLM_ALGOS
         if plan.task == "train" and cfg.get("algo") is not None

@@ -119,6 +119,31 @@ def with_init_weights(cfg: DictConfig) -> DictConfig:
     return OmegaConf.merge(cfg, {"model": {"name_or_path": str(trained.path)}})
 
 
+#: what an SFT run's `algo.demonstrations` makes of the model RL starts from
+START_LABELS = {
+    "planner": "planner BC",
+    "random": "format warm-up (random moves)",
+    "scored": "format warm-up (own scores)",
+}
+
+
+def start_description(cfg: DictConfig) -> dict[str, Any]:
+    """What a training run starts from (eval.json `start`; its `before` block is that start evaluated on
+    the same held-out seeds): `label` ("base model", "planner BC", ...), and with init_from the run and
+    checkpoint it loaded and the algorithm that trained them."""
+    trained = init_source(cfg)
+    if trained is None:
+        return {"label": "untrained network" if cfg.algo.name == "dqn" else "base model"}
+    algo = str(trained.run.algo)
+    demos = OmegaConf.select(trained.run.config, "algo.demonstrations") if algo == "sft" else None
+    return {
+        "label": START_LABELS.get(str(demos), f"{algo} run"),
+        "run": str(trained.run.root),
+        "checkpoint": trained.checkpoint,
+        "algo": algo,
+    }
+
+
 def init_plan_line(cfg: DictConfig) -> list[str]:
     """The dry run's init_from line (none without it)."""
     trained = init_source(cfg)

@@ -390,8 +390,7 @@ def resume_point(run_dir: Path) -> tuple[Path, int, float] | None:
 def _eval_before(cfg: Any, env_factory: EnvFactory, model: Any, run_dir: Path) -> dict[str, Any] | None:
     """The greedy policy of the untrained Q-network on the held-out seeds (eval.json's `before`, as for
     the LLM trainers), written once to eval_before.json and read back on resume."""
-    from agentrl.diagnostics import diagnostics_section
-    from agentrl.evaluation import eval_seeds, evaluate
+    from agentrl.evaluation import eval_record, eval_seeds, evaluate
     from agentrl.runs.runlog import write_json
 
     path = run_dir / "eval_before.json"
@@ -399,16 +398,15 @@ def _eval_before(cfg: Any, env_factory: EnvFactory, model: Any, run_dir: Path) -
         return json.loads(path.read_text())
     if int(model.num_timesteps) > 0:  # resumed without the file: the untrained network is gone
         return None
-    before, played = evaluate(
-        env_factory(cfg.env),
-        DQNAgent(model),
-        eval_seeds(cfg),
-        lockstep=bool(cfg.eval.get("lockstep", True)),
-        description=f"eval dqn {cfg.env.name} before training",
+    before = eval_record(
+        *evaluate(
+            env_factory(cfg.env),
+            DQNAgent(model),
+            eval_seeds(cfg),
+            lockstep=bool(cfg.eval.get("lockstep", True)),
+            description=f"eval dqn {cfg.env.name} before training",
+        )
     )
-    diagnostics = diagnostics_section(played)
-    if diagnostics is not None:
-        before["diagnostics"] = diagnostics
     write_json(path, before)
     model.policy.set_training_mode(True)  # DQNAgent switched it off for playing
     return before

@@ -264,12 +264,26 @@ def _build_agents(cfg: DictConfig, spec: Any, algo: Any, loaded: LoadedPolicy) -
     return policy, train_agent, eval_agent
 
 
+def _truncated(make_env: Any, cap: int) -> Any:
+    """`make_env`'s env with its episodes cut at `cap` moves: the same task and instances (a Frozen Lake
+    map is drawn solvable within the env's own cap), shorter training episodes."""
+
+    def make() -> Any:
+        env = make_env()
+        env.max_steps = cap
+        return env
+
+    return make
+
+
 def _train_env(cfg: DictConfig, algo: Any, env_factory: EnvFactory) -> tuple[Any, dict[str, Any] | None]:
     """The training env's factory (`algo.max_steps` may shorten its episodes, `algo.curriculum` may add a
     shaping reward) and its reset options (`algo.curriculum`); evaluation is always the standard task."""
     train_env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
-    if algo.max_steps is not None:
-        train_env_cfg["max_steps"] = algo.max_steps
+    if algo.max_steps is not None and "max_steps" not in train_env_cfg:
+        raise ConfigError(
+            f"algo.max_steps needs an env with a move cap (env.max_steps); {cfg.env.name} has none"
+        )
     if algo.curriculum.approach_reward:
         if "approach_reward" not in train_env_cfg:
             raise ConfigError(
@@ -278,6 +292,8 @@ def _train_env(cfg: DictConfig, algo: Any, env_factory: EnvFactory) -> tuple[Any
             )
         train_env_cfg["approach_reward"] = algo.curriculum.approach_reward
     train_env = env_factory(train_env_cfg)
+    if algo.max_steps is not None:
+        train_env = _truncated(train_env, int(algo.max_steps))
     count = algo.curriculum.count_start_moves
     if algo.curriculum.random_start <= 0:
         if count:

@@ -72,13 +72,11 @@ class Evaluations:
         """Runs when training begins (`BeforeTraining`): the engine has prepared the model by then (ZeRO-3's
         partitions, FSDP's shards on this process's device, mixed precision's autocast around `forward`),
         so the evaluations before and after training run the same model the same way."""
-        from agentrl.diagnostics import diagnostics_section
+        from agentrl.evaluation import eval_record
 
-        before, played = self.run("eval before training")
-        # a bandit-like env: the decision diagnostics before training too (eval.json has them after)
-        diagnostics = diagnostics_section(played)
-        if diagnostics is not None:
-            before["diagnostics"] = diagnostics
+        # as eval.json keeps the final eval: a bandit's diagnostics and the per-episode values that pair
+        # the start with the trained model seed by seed
+        before = eval_record(*self.run("eval before training"))
         if dist.is_main():
             write_json(self.before_path, before)
         self.before = before

@@ -216,7 +216,7 @@ def train_sft(cfg: DictConfig, run_dir: Path, env_factory: EnvFactory, resume: b
     from agentrl.agents.llm import build_llm_agent, warn_if_lenient
     from agentrl.config import typed
     from agentrl.console import set_torch_threads
-    from agentrl.evaluation import eval_seeds, evaluate
+    from agentrl.evaluation import eval_record, eval_seeds, evaluate
     from agentrl.models import load_model, model_config, resolve_device
     from agentrl.runs.runlog import MetricsLog, progress, write_json
     from agentrl.trainers.settings import resolve_precision
@@ -253,7 +253,7 @@ def train_sft(cfg: DictConfig, run_dir: Path, env_factory: EnvFactory, resume: b
 
     before = None
     if algo.eval_before:
-        before = run_eval("eval before training")[0]
+        before = eval_record(*run_eval("eval before training"))
         write_json(run_dir / "eval_before.json", before)
         log.info(
             "Before training: success %.3f return %.3f invalid %.3f",
