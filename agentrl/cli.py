@@ -408,6 +408,14 @@ def report(
         str,
         typer.Option(help="The metrics.jsonl eval metric --target applies to (e.g. eval/mean_return)"),
     ] = "eval/success_rate",
+    best: Annotated[
+        bool,
+        typer.Option(
+            "--best",
+            help="--table learning: one row per env, algorithm and answer format, the run with the highest "
+            "primary metric after training",
+        ),
+    ] = False,
 ) -> None:
     """Tables (markdown, CSV) and plots across runs.
 
@@ -416,11 +424,13 @@ def report(
     report_target_runs.csv, target_<env>.png); incomplete runs are listed, never fatal. --table paper
     writes paper.md, paper.csv and the paper's plots instead; --table learning writes learning.md and
     learning.csv."""
-    from agentrl.errors import RunDirError, UnknownChoiceError
+    from agentrl.errors import ConfigError, RunDirError, UnknownChoiceError
     from agentrl.report import build_report
 
     if table not in REPORT_TABLES:
         raise UnknownChoiceError("--table", table, REPORT_TABLES)
+    if best and table != "learning":
+        raise ConfigError(f"--best applies to --table learning only (not --table {table})")
     missing = [str(d) for d in dirs if not d.exists()]
     if missing:
         raise RunDirError(f"no such directory: {', '.join(missing)}")
@@ -432,7 +442,7 @@ def report(
     if table == "learning":
         from agentrl.report.learning import build_learning_report
 
-        build_learning_report(list(dirs), out, console=console)
+        build_learning_report(list(dirs), out, console=console, best_only=best)
         return
     build_report(list(dirs), out, console=console, target=target, target_metric=target_metric)
 

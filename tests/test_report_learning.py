@@ -328,3 +328,46 @@ def test_learning_rows_pair_the_start_and_find_baselines_on_the_same_instances(t
     assert float(row["gain_stderr"]) == pytest.approx(math.sqrt(1 / 3) / 2)
     md = (out / "learning.md").read_text()
     assert "| 0.000 | 1.000 | 0.050 | planner BC 0.250 | 0.750 ± 0.250 | +0.500 ± 0.289 (n=4) |" in md
+
+
+def test_best_rows_keep_one_run_per_env_algorithm_and_answer_format(runs, tmp_path):
+    """`--best`: of two frozenlake msgrpo runs in one answer format the higher `after` is kept (whatever
+    order they are found in), a run in another answer format keeps its own row, and every other group's
+    single run stays; the markdown says how many runs each row was chosen from."""
+    better = {
+        "episodes": 20,
+        "success_rate": 1.0,
+        "mean_return": 1.0,
+        "return_stderr": 0.0,
+        "untagged_rate": 0.0,
+        "train_time_s": 60.0,
+        "before": {"episodes": 20, "success_rate": 0.0, "mean_return": 0.0},
+    }
+    prompt = "<|im_start|>assistant\nMove:"
+    _run(runs, "0_frozenlake_better", "frozenlake", "msgrpo", ["seed=1"], better, prompt=prompt)
+    _run(runs, "z_frozenlake_tagged", "frozenlake", "msgrpo", ["seed=2"], better, agent={"prefill": ""})
+    out = tmp_path / "best"
+    result = CliRunner().invoke(
+        app, ["report", str(runs), "--table", "learning", "--best", "--out", str(out)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    rows = _rows(out / "learning.csv")
+    assert set(rows) == {
+        "0_frozenlake_better",
+        "z_frozenlake_tagged",
+        "b_tictactoe",
+        "c_bandit",
+        "d_snake",
+        "e_kitchen",
+    }
+    md = (out / "learning.md").read_text()
+    assert md.count("| frozenlake | msgrpo (best of 2) |") == 1 and md.count("(best of 1)") == 5
+    everything = CliRunner().invoke(
+        app, ["report", str(runs), "--table", "learning", "--out", str(tmp_path / "all")]
+    )
+    assert everything.exit_code == 0 and len(_rows(tmp_path / "all" / "learning.csv")) == 7
+
+
+def test_best_is_refused_outside_the_learning_table(runs):
+    result = CliRunner().invoke(app, ["report", str(runs), "--best"])
+    assert result.exit_code == 2 and "--best applies to --table learning only" in result.output

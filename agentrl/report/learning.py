@@ -462,6 +462,27 @@ class LearningReport:
     skipped: int  # training runs found that are not complete
     out_dir: Path
     files: list[Path]
+    group_sizes: list[int] | None = None  # with best_only: how many complete runs each row was chosen from
+
+
+def best_rows(rows: Sequence[LearningRow]) -> tuple[list[LearningRow], list[int]]:
+    """One row per env, algorithm and answer format: the run with the highest primary metric after
+    training (ties: the larger paired gain over its start), and how many runs it was chosen from. The
+    answer format is part of the key because a result counts only in the format its agent was asked for."""
+    groups: dict[tuple[str, str, str], list[LearningRow]] = {}
+    for row in rows:
+        groups.setdefault((row.run.env, row.run.agent, row.answer_format), []).append(row)
+
+    def score(row: LearningRow) -> tuple[float, float]:
+        after, gain = row.after[0], row.gain[0]
+        return (
+            -math.inf if after is None or math.isnan(after) else after,
+            -math.inf if math.isnan(gain) else gain,
+        )
+
+    chosen = [(max(group, key=score), len(group)) for group in groups.values()]
+    chosen.sort(key=lambda pair: rows.index(pair[0]))
+    return [row for row, _ in chosen], [n for _, n in chosen]
 
 
 def render_learning_markdown(report: LearningReport) -> str:
@@ -478,22 +499,31 @@ def render_learning_markdown(report: LearningReport) -> str:
         "(bandit, contextual_bandit). untagged: share of answers without the asked-for tag that the "
         "lenient parser read anyway (– where the run did not record it). minutes: training time.",
     ]
+    if report.group_sizes is not None:
+        parts += [
+            "",
+            "Best rows only (`--best`): one row per env, algorithm and answer format, the run with the highest "
+            "primary metric after training, with the number of complete runs it was chosen from beside its algo.",
+        ]
     if report.skipped:
         parts += [
             "",
             f"{report.skipped} training run(s) not complete were left out (`agentrl report` lists them).",
         ]
     rows = [r.cells() for r in report.rows]
+    for cells, n in zip(rows, report.group_sizes or [], strict=False):
+        cells[1] = f"{cells[1]} (best of {n})"
     parts += ["", md_table(MD_HEADERS, [[*c[:-1], f"`{c[-1]}`"] for c in rows]) if rows else "_none_", ""]
     return "\n".join(parts)
 
 
 def build_learning_report(
-    paths: Sequence[Path], out_dir: Path | None = None, console: Any = None
+    paths: Sequence[Path], out_dir: Path | None = None, console: Any = None, best_only: bool = False
 ) -> LearningReport:
     """Find the training runs under `paths`, write learning.md and learning.csv into `out_dir`
-    (default: the first path) and print the table to `console` when given. Raises RunDirError when a
-    path is missing or no complete training run is found."""
+    (default: the first path) and print the table to `console` when given; `best_only` keeps one row per
+    env, algorithm and answer format (`best_rows`). Raises RunDirError when a path is missing or no
+    complete training run is found."""
     paths = [Path(p) for p in paths]
     if not paths:
         raise RunDirError("report: give at least one directory")
@@ -510,10 +540,17 @@ def build_learning_report(
         (learning_row(r, baselines) for r in complete),
         key=lambda row: [_natural(p) for p in (row.run.env, row.run.agent, row.run.model, str(row.run.path))],
     )
+    sizes = None
+    if best_only:
+        rows, sizes = best_rows(rows)
     out_dir = Path(out_dir) if out_dir is not None else paths[0]
     out_dir.mkdir(parents=True, exist_ok=True)
     report = LearningReport(
-        rows, len(records) - len(complete), out_dir, [out_dir / "learning.md", out_dir / "learning.csv"]
+        rows,
+        len(records) - len(complete),
+        out_dir,
+        [out_dir / "learning.md", out_dir / "learning.csv"],
+        sizes,
     )
     with (out_dir / "learning.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
@@ -530,6 +567,8 @@ def print_learning_report(report: LearningReport, console: Any) -> None:
 
     # a row number leads, so rows that share env and algo (seeds) stay matched across split tables
     rows = [[str(k), *r.cells()] for k, r in enumerate(report.rows, 1)]
+    for cells, n in zip(rows, report.group_sizes or [], strict=False):
+        cells[2] = f"{cells[2]} (best of {n})"
     print_fitted(
         console,
         "Learning: held-out eval before and after training",
@@ -550,6 +589,7 @@ __all__ = [
     "LearningRow",
     "answer_format",
     "baseline_index",
+    "best_rows",
     "build_learning_report",
     "command",
     "learning_row",
