@@ -25,15 +25,19 @@ FLOP/s, counted by `agentrl.kernels.flops.update_flops` from each iteration's ro
 attention term, and a backward of 2x the forward where weights train and 1x where they are frozen (LoRA).
 The GPU's peak comes from a small table (H100, H200, A100, L40S; dense bf16) or `--peak-tflops`.
 
-`--suite` runs every check of issue 22's prepared GPU script instead, in this order, within a time budget
+`--suite` runs every check of the prepared GPU script instead, in this order, within a time budget
 (`--budget-s`, 480 s after the model is built: a check is skipped when the longest so far would not fit
-in what is left): `full`; `lora_kl` (LoRA r=16, `algo.beta=0.04`); `vllm_colocate` (LoRA with
-`model.backend=vllm`, then every adapter B moved at random, the weights synced, and the engine's
-next-token log-probs compared with the model's: they must differ before the sync and agree within 0.1
-after; skipped when vllm does not import); `critic` (`algo=poad` under LoRA: the value head and its
-optimizer); `rollout_copy` (`algo.rollout_dtype=bfloat16`); `multi_gpu` (one process with every visible
-GPU, on a tiny model; skipped with fewer than two). The JSON's
-`checks` gives each check's status (ran | skipped | error), pass/fail and the reason.
+in what is left); each asserts its own feature besides the weights moving: `full`; `lora_kl` (LoRA
+r=16, `algo.beta=0.04`: the KL after an update is positive and the reference scores tokens unlike the
+trained policy); `vllm_colocate` (LoRA with `model.backend=vllm` and the paper presets' top-k 3: no row
+masked by its importance ratio; then every adapter B moved at random, the weights synced, and the
+engine's next-token log-probs compared with the model's: they must differ before the sync and agree
+within 0.1 after; skipped when vllm does not import); `critic` (`algo=poad` under LoRA: the value head,
+outside the model, moved and its loss is finite); `rollout_copy` (`algo.rollout_dtype=bfloat16`: the
+copy generated the rollouts and the update computed finite, non-zero importance ratios); `multi_gpu`
+(`agentrl train distributed=ddp` with one process per visible GPU on a tiny model: every iteration
+trains and the run ends complete; skipped with fewer than two GPUs). The JSON's `checks` gives each
+check's status (ran | skipped | error), pass/fail and the reason.
 
 Writes one JSON summary (`--out`, default gpu_check.json) and prints a table. Exit status: 0 all checks
 passed; 1 a check failed (each failure is printed on a `gpu_check FAILED:` line and listed under
@@ -204,11 +208,11 @@ def run_one(
     *,
     name: str | None = None,
     extra: tuple[str, ...] = (),
-    post_check: Any = None,
+    probe: Probe | None = None,
 ) -> dict[str, Any]:
     """Train `mode` (full | lora) for args.iterations iterations with the `extra` overrides; return its
-    figures and check results. `post_check(model, trainer)`: more checks on the trained model (after the
-    weight comparison), returning a dict with "failures" (the suite's vLLM check)."""
+    figures and check results. `probe`: a suite check's own assertions, entered around the training run
+    and asked afterwards (`Probe.check`)."""
     import torch
 
     import agentrl.models
@@ -291,9 +295,11 @@ def run_one(
     for module in patched:
         module.load_model = capturing_load
     MultiStepTrainer._pack_micro_batches = recording_pack
+    probe = probe or Probe()
     start = time.perf_counter()
     try:
-        train_llm(cfg, run_dir, env_factory)
+        with probe:
+            train_llm(cfg, run_dir, env_factory)
     finally:
         for module in patched:
             module.load_model = real_load
@@ -308,9 +314,8 @@ def run_one(
 
     failures: list[str] = []
     after = take_snapshot(model, captured["move"] + captured["stay"])
-    extra_result = post_check(model, captured.get("trainer")) if post_check is not None else None
-    if extra_result is not None:
-        failures += [f"{name}: {f}" for f in extra_result.get("failures", [])]
+    extra_result = probe.check(model, captured.get("trainer"), rows)
+    failures += [f"{name}: {f}" for f in extra_result.get("failures", [])]
     moved = {n: changed_fraction(captured["before"][n], after[n]) for n in captured["move"]}
     stayed = {n: changed_fraction(captured["before"][n], after[n]) for n in captured["stay"]}
     total = sum(captured["before"][n].numel() for n in moved)
@@ -438,11 +443,17 @@ def run_one(
 #: (name, mode, overrides) of the suite's training checks, in the order they run (most important first)
 SUITE_RUNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("full", "full", ()),  # full fine-tuning, bf16-mixed: fp32 master weights that move
-    ("lora_kl", "lora", ("algo.beta=0.04",)),  # LoRA r=16 with a KL term (reference = the adapter off)
+    # LoRA r=16 with a KL term (reference = the adapter off); at the default lr of 1e-6 one update moves
+    # the log-probs by ~1e-5, whose KL (~d^2 / 2) rounds to 0 in fp32: 1e-3 makes it measurable
+    ("lora_kl", "lora", ("algo.beta=0.04", "algo.learning_rate=1e-3")),
     # half the episodes: these two check code paths, the first two measure
     ("critic", "lora", ("algo=poad", "algo.group_size=4")),  # POAD: the value head and its own optimizer
     ("rollout_copy", "full", ("algo.rollout_dtype=bfloat16", "algo.group_size=4")),  # a bf16 copy rolls out
 )
+#: the paper presets' top-k (experiment=paper_snake_3b): vLLM's kept set then meets the trainer's
+PAPER_TOP_K = 3
+
+
 #: the suite's wall-clock budget: a check is skipped when the longest one so far would not fit in what is left
 SUITE_BUDGET_S = 480.0
 
@@ -464,6 +475,166 @@ def vllm_unavailable(device: str) -> str | None:
     except Exception as exc:  # noqa: BLE001 - a broken install is a reason to skip, with its message
         return f"vllm does not import: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     return None
+
+
+class Probe:
+    """A suite check's assertions about its own feature, beyond the weights moving: `with probe:` wraps
+    the training run (a probe may record what it needs there), then `probe.check(model, trainer, rows)`
+    returns its figures and "failures" (the trained model, the trainer, the metrics rows)."""
+
+    def __enter__(self) -> Probe:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def check(self, model: Any, trainer: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"failures": []}
+
+
+def _probe_rows(trainer: Any) -> tuple[dict[str, Any], list[Any]]:
+    """One packed row of fixed tokens on the trainer's device: what the reference check scores."""
+    from agentrl.trainers.packing import pack_samples
+    from agentrl.types import StepSample
+
+    sample = StepSample(list(range(100, 132)), list(range(200, 208)), None, 1.0, 0, 0)
+    pad = trainer.processing_class.pad_token_id
+    return pack_samples([sample], pad, trainer.accelerator.device), [sample]
+
+
+class ReferenceProbe(Probe):
+    """A KL term (`lora_kl`): the KL to the reference is positive once the policy moved (the last
+    iteration's `kl`), and the reference the loss reads (TRL's frozen copy, or the base with the adapter
+    off under LoRA) scores tokens differently from the trained policy."""
+
+    def check(self, model: Any, trainer: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        failures = []
+        kl = [r.get("kl") for r in rows]
+        if not kl or kl[-1] is None or not math.isfinite(kl[-1]) or kl[-1] <= 0:
+            failures.append(f"the KL to the reference after an update is {kl[-1] if kl else None} (need > 0)")
+        if trainer is None:
+            return {"kl": kl, "failures": [*failures, "no trainer to ask for the reference"]}
+        batch, samples = _probe_rows(trainer)
+        model.eval()  # no dropout (LoRA's): the two forwards differ only in their weights
+        with torch.no_grad():
+            reference = trainer._reference_logps(batch, samples).float()
+            policy = trainer._rollout_logps(batch).float()
+        gap = float((reference - policy).abs().max())
+        if not gap > 0:
+            failures.append(
+                "the reference's log-probs equal the trained policy's: the reference is the policy"
+            )
+        return {"kl": kl, "reference_policy_max_logp_gap": gap, "failures": failures}
+
+
+class CriticProbe(Probe):
+    """The critic (`critic`, POAD): its value head lives outside the model, so the weight snapshot does
+    not see it. Each of the head's weight tensors must move (some of its elements: a ReLU unit that
+    never fires gets no gradient, so a share like the model's 0.9 does not hold) and every iteration's
+    value loss must be finite."""
+
+    def __init__(self) -> None:
+        self.before: dict[str, Any] = {}
+        self.critic: Any = None
+
+    def __enter__(self) -> CriticProbe:
+        import agentrl.trainers.multistep as multistep
+
+        self._build = build = multistep._build_critic
+
+        def snapshotting(*args: Any, **kwargs: Any) -> Any:
+            critic = build(*args, **kwargs)
+            if critic is not None:
+                self.critic = critic
+                self.before = {n: p.detach().to("cpu", copy=True) for n, p in critic.head.named_parameters()}
+            return critic
+
+        multistep._build_critic = snapshotting
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import agentrl.trainers.multistep as multistep
+
+        multistep._build_critic = self._build
+
+    def check(self, model: Any, trainer: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.critic is None:
+            return {"failures": ["the run built no critic"]}
+        after = {n: p.detach().to("cpu") for n, p in self.critic.head.named_parameters()}
+        moved = {n: changed_fraction(self.before[n], after[n]) for n in self.before}
+        failures = [f"value head {n} did not move" for n, f in moved.items() if f == 0]
+        losses = [r.get("value_loss") for r in rows]
+        if not losses or any(v is None or not math.isfinite(v) for v in losses):
+            failures.append(f"value losses {losses}: need a finite one every iteration")
+        return {"value_head_changed": moved, "value_loss": losses, "failures": failures}
+
+
+class RolloutCopyProbe(Probe):
+    """The bf16 rollout copy (`rollout_copy`): the copy generated the rollouts (its `generate` ran and
+    returned tokens) and the update computed an importance ratio for them, finite, with no row at 0."""
+
+    def __init__(self) -> None:
+        self.calls, self.tokens, self.ratios = 0, 0, []
+
+    def __enter__(self) -> RolloutCopyProbe:
+        from agentrl.agents.backends.hf import HFCopyBackend
+        from agentrl.trainers.grpo_trainer import MultiStepTrainer
+
+        self._generate, self._ratio = generate, add_ratio = (
+            HFCopyBackend.generate,
+            MultiStepTrainer._add_importance_ratio,
+        )
+
+        def counting(backend: Any, *args: Any, **kwargs: Any) -> Any:
+            out = generate(backend, *args, **kwargs)
+            self.calls += 1
+            self.tokens += sum(len(ids) for ids, _ in out)
+            return out
+
+        def recording(trainer: Any, batch: dict[str, Any], rows: Any) -> None:
+            add_ratio(trainer, batch, rows)
+            self.ratios.append(batch["importance_sampling_ratio"].detach().float().cpu())
+
+        HFCopyBackend.generate, MultiStepTrainer._add_importance_ratio = counting, recording
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from agentrl.agents.backends.hf import HFCopyBackend
+        from agentrl.trainers.grpo_trainer import MultiStepTrainer
+
+        HFCopyBackend.generate, MultiStepTrainer._add_importance_ratio = self._generate, self._ratio
+
+    def check(self, model: Any, trainer: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        failures = []
+        if not self.calls or not self.tokens:
+            failures.append(f"the bf16 copy generated {self.tokens} tokens in {self.calls} calls")
+        ratios = torch.cat([r.flatten() for r in self.ratios]) if self.ratios else torch.zeros(0)
+        if not ratios.numel():
+            failures.append("the update computed no importance ratio for the copy's rollouts")
+        elif not bool(torch.isfinite(ratios).all()) or bool((ratios == 0).any()):
+            failures.append(f"importance ratios not finite and positive: min {float(ratios.min())}")
+        figures = {"copy_generate_calls": self.calls, "copy_generated_tokens": self.tokens}
+        if ratios.numel():
+            figures["importance_ratio"] = {"min": float(ratios.min()), "mean": float(ratios.mean())}
+        return {**figures, "failures": failures}
+
+
+class VLLMProbe(Probe):
+    """vLLM colocate: the weight sync checked by logits (`vllm_logits_check`), and with the paper presets'
+    top-k no row of the update masked by its importance ratio (`sampling/masked_rows`)."""
+
+    def check(self, model: Any, trainer: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        result = vllm_logits_check(model, trainer)
+        masked = [r.get("sampling/masked_rows") for r in rows]
+        if any(m is None for m in masked) or any(m > 0 for m in masked):
+            result["failures"].append(f"rows masked by the importance ratio per iteration: {masked} (need 0)")
+        result["masked_rows"] = masked
+        result["uncorrected_tokens"] = [r.get("sampling/uncorrected_tokens") for r in rows]
+        return result
 
 
 def vllm_logits_check(model: Any, trainer: Any, tolerance: float = 0.1) -> dict[str, Any]:
@@ -507,6 +678,20 @@ def vllm_logits_check(model: Any, trainer: Any, tolerance: float = 0.1) -> dict[
     return {"max_logprob_gap_before_sync": stale, "max_logprob_gap_after_sync": synced, "failures": failures}
 
 
+#: the suite checks' assertions about their own features (the others: the weights moving)
+PROBES: dict[str, type[Probe]] = {
+    "lora_kl": ReferenceProbe,
+    "critic": CriticProbe,
+    "rollout_copy": RolloutCopyProbe,
+    "vllm_colocate": VLLMProbe,
+}
+
+
+def suite_probe(name: str) -> Probe:
+    """A fresh probe for the suite check `name`."""
+    return PROBES.get(name, Probe)()
+
+
 def run_suite(
     model_dir: Path, work: Path, args: argparse.Namespace, peak: float | None, on_check: Any = None
 ) -> dict[str, Any]:
@@ -545,11 +730,9 @@ def run_suite(
         if on_check is not None:
             on_check(results)
 
-    def train(name: str, mode: str, extra: tuple[str, ...], post_check: Any = None) -> None:
-        guarded(
-            name,
-            lambda: run_one(mode, model_dir, work, args, peak, name=name, extra=extra, post_check=post_check),
-        )
+    def train(name: str, mode: str, extra: tuple[str, ...]) -> None:
+        probe = suite_probe(name)
+        guarded(name, lambda: run_one(mode, model_dir, work, args, peak, name=name, extra=extra, probe=probe))
 
     for name, mode, extra in SUITE_RUNS[:2]:
         train(name, mode, extra)
@@ -559,20 +742,94 @@ def run_suite(
     if reason:
         results["vllm_colocate"] = skipped("vllm_colocate", reason)
     else:
-        train("vllm_colocate", "lora", ("model.backend=vllm",), vllm_logits_check)
+        train("vllm_colocate", "lora", ("model.backend=vllm", f"algo.top_k={PAPER_TOP_K}"))
     for name, mode, extra in SUITE_RUNS[2:]:
         train(name, mode, extra)
     gpus = torch.cuda.device_count() if cuda else 0
-    if gpus > 1:  # a single process that sees them all (issue 22 A2), on a small model: it is about devices
+    if gpus > 1:  # one process per GPU (distributed=ddp), on a small model: it is about processes
         small = work / "model-tiny"
         if not small.exists():
             build_model(small, "tiny", args.device)
-        guarded("multi_gpu", lambda: run_one("full", small, work, args, peak, name="multi_gpu"))
+        guarded("multi_gpu", lambda: multi_process_check(small, work, args, gpus))
         results["multi_gpu"]["visible_gpus"] = gpus
     else:
-        reason = f"{gpus} CUDA device visible: run on a node with several GPUs" if cuda else "no CUDA device"
+        reason = (
+            f"{gpus} CUDA device visible: one training process per GPU needs two or more"
+            if cuda
+            else "no CUDA device"
+        )
         results["multi_gpu"] = skipped("multi_gpu", reason)
     return results
+
+
+def multi_process_check(
+    model_dir: Path, work: Path, args: argparse.Namespace, processes: int
+) -> dict[str, Any]:
+    """`agentrl train distributed=ddp` with `processes` processes on `model_dir` (accelerate launch, one
+    process per GPU; torchrun over gloo without CUDA), as a user runs it: the run must end complete with
+    a metrics row and a finite, positive gradient norm for every iteration (a world size whose epoch of
+    TRL's sampler is empty trains nothing)."""
+    import subprocess
+
+    name = "multi_gpu"
+    run_dir = work / f"run-{name}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentrl",
+        "train",
+        "algo=msgrpo",
+        "env=frozenlake",
+        "model=qwen2.5-3b",
+        "model.name=qwen2.5-3b-shaped-random-tiny",
+        f"model.name_or_path={model_dir}",
+        "model.device=auto",
+        "distributed=ddp",
+        f"distributed.num_processes={processes}",
+        f"algo.iterations={args.iterations}",
+        "algo.group_size=2",
+        "algo.groups_per_iteration=1",
+        "algo.eval_every=0",
+        "algo.checkpoint_every=0",
+        "algo.eval_before=false",
+        "algo.save_final=false",
+        "algo.torch_threads=1",
+        "agent.invalid_rule=random",
+        "eval.episodes=1",
+        "seed=0",
+        *args.overrides,
+        f"hydra.run.dir={run_dir}",
+    ]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - start
+    failures = []
+    if done.returncode != 0:
+        tail = " ".join(done.stderr.split()[-60:])
+        failures.append(f"{name}: agentrl train exited {done.returncode}: {tail}")
+    metrics = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+    if len(rows) != args.iterations:
+        failures.append(f"{name}: {len(rows)} metrics rows for {args.iterations} iterations")
+    for r in rows:
+        grad = r.get("grad_norm")
+        if grad is None or not math.isfinite(grad) or grad <= 0:
+            failures.append(f"{name}: iteration {r.get('iteration')}: grad_norm {grad} (need finite and > 0)")
+    status_file = run_dir / "status.json"
+    status = json.loads(status_file.read_text()).get("status") if status_file.is_file() else None
+    if status != "complete":
+        failures.append(f"{name}: the run's status is {status}, not complete")
+    return {
+        "name": name,
+        "processes": processes,
+        "command": cmd,
+        "returncode": done.returncode,
+        "run_status": status,
+        "metrics_rows": [{"iteration": r.get("iteration"), "grad_norm": r.get("grad_norm")} for r in rows],
+        "wall_s": wall,
+        "failures": failures,
+        "passed": not failures,
+    }
 
 
 # ---- the report -----------------------------------------------------------------------------------------
@@ -610,9 +867,15 @@ def print_report(summary: dict[str, Any]) -> None:
         "run            rollout tok/s  update tok/s  peak GPU GiB     MFU  weights changed (min)  wall s  result"
     )
     for mode, run in summary["runs"].items():
-        if "iterations" not in run:
-            what = f"SKIPPED: {run['reason']}" if run.get("status") == "skipped" else f"ERROR: {run['error']}"
-            print(f"{mode:<14} {'':>13}  {'':>12}  {'':>12}  {'':>6}  {'':>21}  {'':>6}  {what}")
+        if "iterations" not in run:  # skipped, crashed, or a check without training figures (multi_gpu)
+            if run.get("status") == "skipped":
+                what = f"SKIPPED: {run['reason']}"
+            elif "error" in run:
+                what = f"ERROR: {run['error']}"
+            else:
+                what = "PASS" if run["passed"] else "FAIL"
+            wall = _fmt(run.get("wall_s"), "6.1f")
+            print(f"{mode:<14} {'':>13}  {'':>12}  {'':>12}  {'':>6}  {'':>21}  {wall}  {what}")
             continue
         print(
             f"{mode:<14} {_fmt(run['rollout_tokens_per_s'], '13.0f')}  {_fmt(run['update_tokens_per_s'], '12.0f')}"

@@ -304,33 +304,39 @@ FSDP2_RUN = [
 ]
 
 
-def _fsdp2_train(run: Path, *overrides: str, dump: Path | None = None) -> None:
+def _fsdp2_train(run: Path, *overrides: str, dump: Path | None = None, processes: int = 2) -> None:
     """A new run in `run` with `overrides`, or with `dump` a resume of it (its saved overrides hold
     the rest) that writes the optimizer state it loaded to `dump`."""
     env = {**_env(), **FSDP2_ENV, **({"DUMP_LOADED_OPTIMIZER": str(dump)} if dump else {})}
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
     where = [f"resume={run}"] if dump else [*FSDP2_RUN, f"hydra.run.dir={run}"]
     cmd = [*launch, str(WORKERS / "fsdp_cpu.py"), "train", *where, *overrides]
     done = subprocess.run(cmd, env=env, cwd=ROOT, timeout=900, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-@pytest.mark.slow  # two runs of two processes each (~2-3 min per case on 2 CPU cores)
+@pytest.mark.multiprocess  # two runs of two or three processes each (~1 min per case on 2 CPU cores)
 @pytest.mark.parametrize(
-    "overrides",
-    [["algo=msgrpo"], ["algo=poad", "model.lora.r=4"], ["algo=msgrpo", "algo.max_batch_tokens=40"]],
-    ids=["msgrpo", "poad-lora", "max_batch_tokens"],
+    ("overrides", "processes"),
+    [
+        (["algo=msgrpo"], 2),
+        (["algo=poad", "model.lora.r=4"], 2),
+        (["algo=msgrpo", "algo.max_batch_tokens=40"], 2),
+        (["algo=msgrpo"], 3),
+    ],
+    ids=["msgrpo", "poad-lora", "max_batch_tokens", "msgrpo-3-processes"],
 )
-def test_fsdp2_trains_checkpoints_and_resumes_on_two_cpu_processes(tmp_path, overrides):
-    """Deliverable 2: `agentrl train distributed=fsdp2` as two gloo processes through accelerate's FSDP2
-    path (tests/workers/fsdp_cpu.py says what differs from `accelerate launch` on GPUs): the eval
-    before, 2 iterations, a checkpoint with FSDP's files, resume with Adam's moments restored exactly,
-    the eval after."""
+def test_fsdp2_trains_checkpoints_and_resumes_on_cpu_processes(tmp_path, overrides, processes):
+    """`agentrl train distributed=fsdp2` as gloo processes through accelerate's FSDP2 path
+    (tests/workers/fsdp_cpu.py says what differs from `accelerate launch` on GPUs): the eval before, 2
+    iterations with a metrics row each, a checkpoint with FSDP's files, resume with Adam's moments
+    restored exactly, the eval after."""
     from agentrl.trainers.actor_critic import HEAD_OPTIMIZER_FILE
     from tests.helpers import logged_iterations
 
     run = tmp_path / "run"
-    _fsdp2_train(run, *overrides, "algo.iterations=2")
+    _fsdp2_train(run, *overrides, "algo.iterations=2", processes=processes)
+    assert logged_iterations(run) == [1, 2]
     checkpoint = run / "checkpoint-2"  # the last iteration's: the resume continues from it
     files = {p.name for p in checkpoint.iterdir()}
     assert {"optimizer.bin", "scheduler.pt", "rng_state_0.pth", "rng_state_1.pth"} <= files
@@ -338,7 +344,7 @@ def test_fsdp2_trains_checkpoints_and_resumes_on_two_cpu_processes(tmp_path, ove
     if "algo=poad" in overrides:
         assert {"value_head.pt", HEAD_OPTIMIZER_FILE} <= files
     dump = tmp_path / "loaded.pt"
-    _fsdp2_train(run, "algo.iterations=3", dump=dump)
+    _fsdp2_train(run, "algo.iterations=3", dump=dump, processes=processes)
     assert logged_iterations(run) == [1, 2, 3]
     saved = torch.load(checkpoint / "optimizer.bin", weights_only=False)["state"]
     loaded = torch.load(dump, weights_only=False)["optimizer"]["state"]
@@ -373,7 +379,7 @@ def _zero3_train(run: Path, *overrides: str, dump: Path | None = None) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-@pytest.mark.slow  # two runs of two processes each; needs deepspeed (docs/distributed.md#status)
+@pytest.mark.multiprocess  # two runs of two processes each; needs deepspeed (docs/distributed.md#status)
 @pytest.mark.parametrize(
     "overrides", [["algo=msgrpo"], ["algo=poad", "model.lora.r=4"]], ids=["msgrpo", "poad-lora"]
 )
@@ -401,7 +407,7 @@ def test_zero3_trains_checkpoints_and_resumes_on_two_cpu_processes(tmp_path, ove
                 assert torch.equal(loaded[key][name], moments[name])
 
 
-@pytest.mark.slow  # needs deepspeed; two processes, ~1 min
+@pytest.mark.multiprocess  # needs deepspeed; two processes, ~1 min
 def test_an_empty_iteration_moves_no_weight_under_deepspeed(tmp_path):
     """B1 with DeepSpeed itself (ZeRO-2, CPU accelerator): after an iteration with rows, an iteration
     with none leaves every weight as it was (without the zero learning rate Adam's momentum moves them:

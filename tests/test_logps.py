@@ -20,7 +20,6 @@ def tiny_model_cfg() -> Any:
 def test_completion_logprobs_match_trl_fused_head():
     """Our CPU shortcut (LM head on the completion positions only) equals a plain full-logits forward
     exactly, and TRL's fused tiled head up to that kernel's own rounding (~1e-3 on CPU)."""
-    from datasets import Dataset
     from trl import GRPOConfig
 
     from agentrl.models import load_model
@@ -42,7 +41,6 @@ def test_completion_logprobs_match_trl_fused_head():
         reward_funcs=[lambda **kw: [0.0]],
         args=args,
         processing_class=tokenizer,
-        train_dataset=Dataset.from_dict({"prompt": ["x", "y"]}),
         collect=lambda i: ([], {}),
     )
     ids = torch.randint(0, 1000, (3, 12), generator=torch.Generator().manual_seed(0))

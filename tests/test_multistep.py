@@ -94,7 +94,6 @@ def one_update(
 ) -> tuple[Any, dict, dict]:
     """Run one optimizer step on fixed rows (after one on `first`, when given); return (model, weights
     before, weights after) of that step."""
-    from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -118,7 +117,6 @@ def one_update(
         model=model,
         reward_funcs=[lambda **kw: [0.0]],
         args=args,
-        train_dataset=Dataset.from_dict({"prompt": ["x"] * 4}),
         processing_class=tokenizer,
         collect=lambda iteration: (list(samples if iteration == iterations - 1 else first), {}),
         max_batch_tokens=max_batch_tokens,

@@ -280,7 +280,6 @@ def test_clipped_value_loss_takes_the_larger_error():
 def poad_update(tmp_path: Any, *overrides: str) -> tuple[dict, dict, dict, dict, list[dict]]:
     """One POAD iteration on fixed episodes with the tiny model: (policy weights before, after, value head
     before, after, logged rows)."""
-    from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -322,7 +321,6 @@ def poad_update(tmp_path: Any, *overrides: str) -> tuple[dict, dict, dict, dict,
         model=model,
         reward_funcs=[lambda **kw: [0.0]],
         args=args,
-        train_dataset=Dataset.from_dict({"prompt": ["x"] * 4}),
         processing_class=tokenizer,
         collect=lambda iteration: (list(credit.samples), {}),
         actor_critic=ActorCritic(critic, algo.critic_learning_rate, algo.value_coef, algo.value_clip),

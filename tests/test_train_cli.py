@@ -77,6 +77,24 @@ def test_training_stops_at_the_target_success_and_checkpoints_there(tmp_path, mo
     assert (run / "checkpoint-3").is_dir() and (run / "final").is_dir()
 
 
+def test_training_that_ends_short_of_its_iterations_fails(tmp_path, monkeypatch):
+    """The Trainer returns without error when an epoch of TRL's sampler has no batch (what three or more
+    processes had: too few placeholder rows for a chunk), after the eval before training. The run then
+    fails with a non-zero exit, saving and evaluating nothing, instead of reporting success."""
+    from agentrl.trainers import grpo_trainer
+
+    monkeypatch.setattr(grpo_trainer, "placeholder_rows", lambda args: 1)  # a chunk needs 2 rows below
+    run = tmp_path / "run"
+    args = ["train", *TINY, "algo.iterations=2", "algo.gradient_accumulation_steps=2", f"hydra.run.dir={run}"]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "failed"
+    assert "after iteration 0 of algo.iterations=2" in status["reason"]
+    assert (run / "eval_before.json").is_file()
+    assert not (run / "final").exists() and not (run / "eval.json").exists()
+
+
 def test_killed_run_resumes_without_duplicatelogged_iterations(tmp_path):
     run = tmp_path / "run"
     cmd = [

@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import importlib.util
 import inspect
+import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -501,3 +502,5 @@ def test_training_with_model_backend_vllm_syncs_the_engine_before_every_rollout(
     assert len(set(engine.sums)) > 1  # the weights moved between rollouts: the syncs carried the updates
     assert ratios and all(torch.isfinite(r).all() for r in ratios)
     assert all(torch.allclose(r, torch.ones_like(r), atol=1e-3) for r in ratios)  # on-policy, same weights
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["sampling/masked_rows"] == 0 and r["sampling/uncorrected_tokens"] >= 0 for r in rows)

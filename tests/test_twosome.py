@@ -67,7 +67,6 @@ def chosen_log_prob(model: Any, prompt: list[int], choice: int) -> float:
 
 def action_update(tmp_path: Any, advantage: float, *overrides: str) -> tuple[float, float, dict, dict]:
     """One action-level update on a fixed row: log pi(chosen) before and after, and the weights."""
-    from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from agentrl.models import load_model
@@ -95,7 +94,6 @@ def action_update(tmp_path: Any, advantage: float, *overrides: str) -> tuple[flo
         model=model,
         reward_funcs=[lambda **kw: [0.0]],
         args=grpo_config(algo, tmp_path, "cpu", 0),
-        train_dataset=Dataset.from_dict({"prompt": ["x"] * 4}),
         processing_class=tokenizer,
         collect=lambda iteration: ([row], {}),
     )

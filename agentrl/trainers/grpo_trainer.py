@@ -8,7 +8,8 @@ pinned in pyproject because these move):
 - `_prepare_inputs` (train mode only): TRL's version generates a fixed-size single-turn batch and its
   `split_tensor_dict` drops remainder rows. The row count here varies per iteration (episode lengths,
   sampling), so the rows are built here and split into exactly `steps_per_generation` near-equal
-  micro-batches: no row is dropped, none is added. The dataset rows TRL hands in are placeholders.
+  micro-batches: no row is dropped, none is added. The dataset rows TRL hands in are placeholders
+  (`placeholder_dataset`, sized so that TRL's sampler gives every process a batch at any world size).
 - `_get_per_token_logps_and_entropies` (trainers/trainer_logps.py): on a CPU with one process,
   `trainers/logps.py` scores only completion tokens and runs shared prompt text once (exact). CUDA keeps
   TRL's fused LM head (the kernel would build full-vocabulary fp32 logits); `algo.shared_prefix` then
@@ -79,6 +80,22 @@ def _padded_gather(accelerator: Any) -> Callable[[Any], Any]:
     return padded
 
 
+def placeholder_rows(args: Any) -> int:
+    """Rows of the placeholder dataset: TRL's `RepeatSampler` takes `generation_batch_size //
+    num_generations` distinct rows per chunk (`world_size * steps_per_generation`, grpo_config.py) and
+    drops a chunk it cannot fill, and an epoch without a chunk makes the Trainer stop without a step. So
+    at least one full chunk; two iterations' worth on one process."""
+    return max(2 * args.steps_per_generation, args.generation_batch_size // args.num_generations)
+
+
+def placeholder_dataset(args: Any) -> Any:
+    """The dataset TRL iterates: one placeholder prompt a row (`placeholder_rows`); the iterations' rows
+    come from `collect`."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": ["<rollout>"] * placeholder_rows(args)})
+
+
 @contextlib.contextmanager
 def _without_log(logger: str, text: str) -> Iterator[None]:
     """Drops the records of `logger` whose message holds `text` while the block runs."""
@@ -146,7 +163,10 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
 
     def __init__(
         self,
-        *args: Any,
+        model: Any,
+        reward_funcs: Any,
+        args: Any,
+        *,
         collect: Collect,
         shared_prefix: bool = False,
         keep_checkpoints: int = 2,
@@ -160,7 +180,9 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
         # TRL builds its reference model (beta > 0, full fine-tuning) with `args.model_init_kwargs`, and
         # also warns that they "will be ignored" because the policy comes as a model: they are not
         with _without_log("trl.trainer.grpo_trainer", "You passed `model_init_kwargs`"):
-            super().__init__(*args, **kwargs)
+            super().__init__(
+                model, reward_funcs, args=args, train_dataset=placeholder_dataset(args), **kwargs
+            )
         self.collect = collect
         self.shared_prefix = shared_prefix
         self.keep_checkpoints = keep_checkpoints

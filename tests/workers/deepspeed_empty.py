@@ -10,7 +10,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from datasets import Dataset
 from transformers import TrainerCallback
 
 from agentrl import distributed as dist
@@ -43,7 +42,6 @@ def main(out: str) -> None:
             model=model,
             reward_funcs=[_unused_reward],
             args=args,
-            train_dataset=Dataset.from_dict({"prompt": ["<rollout>"] * (2 * args.steps_per_generation)}),
             processing_class=tokenizer,
             collect=lambda iteration: (list(mine) if iteration == 0 else [], {}),
         )
