@@ -254,26 +254,55 @@ def test_settings_deepspeed_steps_past_are_refused_before_launch(engine):
     )
 
 
-def test_an_empty_iteration_under_deepspeed_steps_with_a_learning_rate_of_zero(monkeypatch):
-    """B1: no row anywhere (no informative group): the pre-optimizer-step hook that drops the gradients
-    comes after DeepSpeed's step, so the iteration's passes run at a learning rate of 0 (no weight
-    moves) and the rate is back afterwards."""
+@pytest.mark.parametrize("engine", ["zero2", "zero3"])
+def test_model_only_checkpoints_under_deepspeed_are_refused_before_launch(engine):
+    """N6: transformers resumes a DeepSpeed run only from the engine's own checkpoint (`global_step*/`,
+    which holds the optimizer: "Can't find a valid checkpoint" otherwise), so a run whose checkpoints
+    would be model-only (`algo.save_optimizer=false`) could never resume: refused before it starts."""
+    from agentrl.errors import ConfigError
+
+    base = ["task=train", "model=tiny-random", "algo=msgrpo", "algo.save_optimizer=false"]
+    with pytest.raises(ConfigError, match=r"^algo.save_optimizer=false: DeepSpeed"):
+        compose_config([*base, f"distributed={engine}"])
+    compose_config([*base, "distributed=ddp"])  # not DeepSpeed: not refused
+
+
+def test_an_empty_iteration_under_deepspeed_skips_the_optimizer_step(monkeypatch):
+    """B1: no row anywhere (no informative group): DeepSpeed steps inside the last backward, before the
+    pre-optimizer-step hook that drops the gradients could act. The torch optimizer inside its
+    wrappers (accelerate's, ZeRO's) skips that step: Adam's step count and moments stay as they were
+    (a learning rate of 0 kept the weights but moved both); an iteration with rows steps as usual."""
+    from types import SimpleNamespace
+
     from trl import GRPOTrainer
 
     from agentrl.trainers.grpo_trainer import MultiStepTrainer
 
-    seen: list[float] = []
-    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))], lr=1e-3)
-    monkeypatch.setattr(
-        GRPOTrainer, "training_step", lambda self, *a, **k: seen.append(optimizer.param_groups[0]["lr"])
-    )
+    param = torch.nn.Parameter(torch.ones(2))
+    adam = torch.optim.AdamW([param], lr=1e-3)
+    param.grad = torch.ones(2)
+    adam.step()  # an earlier iteration: non-zero moments
+    # ZeRO's optimizer around Adam, and accelerate's DeepSpeedOptimizerWrapper around it
+    zero = SimpleNamespace(optimizer=adam, step=lambda: adam.step(), param_groups=adam.param_groups)
+    wrapper = SimpleNamespace(optimizer=zero, param_groups=adam.param_groups)
+
+    def engine_backward(self, *args, **kwargs):  # the engine steps inside the last backward
+        param.grad = torch.zeros(2)
+        zero.step()
+
+    monkeypatch.setattr(GRPOTrainer, "training_step", engine_backward)
     trainer = object.__new__(MultiStepTrainer)
-    trainer.is_deepspeed_enabled, trainer.optimizer, trainer.max_batch_tokens = True, optimizer, None
+    trainer.is_deepspeed_enabled, trainer.optimizer, trainer.max_batch_tokens = True, wrapper, None
     trainer._prepare_inputs = lambda inputs: inputs
-    for empty in (True, False):
-        trainer._empty_iteration = empty
-        trainer.training_step(torch.nn.Linear(1, 1), {"completion_ids": None})
-    assert seen == [0.0, 1e-3] and optimizer.param_groups[0]["lr"] == 1e-3
+    state = adam.state[param]
+    before = (float(state["step"]), state["exp_avg"].clone(), param.detach().clone())
+    trainer._empty_iteration = True
+    trainer.training_step(torch.nn.Linear(1, 1), {"completion_ids": None})
+    assert float(state["step"]) == before[0] and torch.equal(state["exp_avg"], before[1])
+    assert torch.equal(param.detach(), before[2]) and "step" not in vars(adam)  # Adam's own step is back
+    trainer._empty_iteration = False
+    trainer.training_step(torch.nn.Linear(1, 1), {"completion_ids": None})
+    assert float(state["step"]) == before[0] + 1
 
 
 #: what `accelerate launch --config_file <trl>/accelerate_configs/fsdp2.yaml` sets (mixed precision off:
@@ -410,8 +439,8 @@ def test_zero3_trains_checkpoints_and_resumes_on_two_cpu_processes(tmp_path, ove
 @pytest.mark.multiprocess  # needs deepspeed; two processes, ~1 min
 def test_an_empty_iteration_moves_no_weight_under_deepspeed(tmp_path):
     """B1 with DeepSpeed itself (ZeRO-2, CPU accelerator): after an iteration with rows, an iteration
-    with none leaves every weight as it was (without the zero learning rate Adam's momentum moves them:
-    the checksum went 777.28 -> 1042.26)."""
+    with none leaves every weight, and Adam's step count and moments, as they were (a plain step moved
+    the weights' checksum 777.28 -> 1042.26; a learning rate of 0 kept them but stepped Adam)."""
     pytest.importorskip("deepspeed")
     out = tmp_path / "sums.json"
     env = {**_env(), **ZERO3_ENV, "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"}
@@ -427,6 +456,80 @@ def test_an_empty_iteration_moves_no_weight_under_deepspeed(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["deepspeed"] and result["sums"][1] == result["sums"][0]
+    assert result["adam"][1] == result["adam"][0] and result["adam"][0][0] >= 1
+
+
+def _qwen_3b_on_meta() -> Any:
+    """Qwen2.5-3B's shape with no memory behind it (meta tensors): its parameters count, nothing else."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    config = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=11008,
+        num_hidden_layers=36,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def _gpu_with(monkeypatch: Any, total: int, allocated: list[int]) -> None:
+    """A mocked CUDA device of `total` bytes with `allocated[0]` bytes in use (torch caches none)."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (total - allocated[0], total))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: allocated[0])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated[0])
+
+
+def test_the_auto_budgets_leave_room_for_the_training_state_still_to_come(monkeypatch):
+    """N4: the trainer plans its passes' memory when it is built, before the first backward and optimizer
+    step, so the gradients and AdamW moments (+34.5 GiB at 3B) are not allocated yet. A 3B full fine-tune
+    with a KL term (fp32 weights and reference loaded) on an 80 GiB GPU: the planned peak, with those
+    to come and activations at the ~5.6 MB a padded token measured on an H200, fits; planned from the
+    free memory alone it would not."""
+    from agentrl.trainers import settings
+
+    model = _qwen_3b_on_meta()
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    total, allocated = 80 * 2**30, [2 * weights]  # the policy's fp32 weights and TRL's reference copy
+    _gpu_with(monkeypatch, total, allocated)
+    pending = settings.pending_training_state_bytes(model)
+    assert pending == 3 * weights  # a gradient and two moments a parameter: 34.5 GiB
+
+    def planned_peak(pending: int) -> float:
+        positions = settings.resolve_max_batch_tokens("auto", model, "cuda", pending=pending)
+        tokens = settings.auto_prompt_budget(model, "cuda", kernel=False, pending=pending)
+        logits = positions * settings.LOGIT_COPIES * 4 * model.config.vocab_size
+        return allocated[0] + 3 * weights + tokens * 5.6e6 + logits
+
+    assert planned_peak(pending) <= total
+    assert planned_peak(0) > total  # the budgets as they were: the run would run out of memory
+
+
+def test_the_trainer_plans_again_once_a_rollout_engine_holds_memory(monkeypatch):
+    """A colocated vLLM engine (or a bf16 copy) is built after the trainer: the budgets are planned again
+    once it exists, from what it left."""
+    from types import SimpleNamespace
+
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
+
+    model = _qwen_3b_on_meta()
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    allocated = [weights]
+    _gpu_with(monkeypatch, 140 * 2**30, allocated)
+    trainer = object.__new__(MultiStepTrainer)
+    trainer.model, trainer.optimizer = model, None
+    trainer.args = SimpleNamespace(device=torch.device("cuda"), gradient_checkpointing=False)
+    trainer.accelerator = SimpleNamespace(num_processes=1)
+    trainer.max_batch_tokens_setting, trainer.memory_share = "auto", 1.0
+    trainer.plan_memory()
+    before = (trainer.max_batch_tokens, trainer.padded_budget)
+    allocated[0] += 20 * 2**30  # the engine's share of the GPU
+    trainer.plan_memory()
+    assert trainer.max_batch_tokens < before[0] and trainer.padded_budget < before[1]
+    assert trainer.prompt_budget is None  # CUDA: TRL's pass per row, not the shared-prefix kernel
 
 
 def test_hub_kernels_stay_off_unless_asked(tmp_path):

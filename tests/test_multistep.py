@@ -238,6 +238,7 @@ def test_auto_budget_splits_plain_forwards_by_padded_tokens_with_the_same_update
     monkeypatch.setattr(
         settings, "free_memory_bytes", lambda device: int(100 / settings.AUTO_ACTIVATION_FRACTION)
     )
+    monkeypatch.setattr(grpo_trainer, "pending_training_state_bytes", lambda model, optimizer: 0)
     _, _, cut = one_update(tmp_path / "cut", samples, *gc, max_batch_tokens="auto")
     assert passes == per_pass  # two micro-batches of two rows, each one row a pass or both at once
     # Adam's first step moves each element by ~lr (1e-3) whatever its gradient's size, so an element whose

@@ -314,6 +314,37 @@ def test_a_bf16_engine_never_zeroes_a_row_of_the_fp32_trainer(tiny, top_k, top_p
     assert not torch.isinf(train[completion_mask.bool()]).any()
 
 
+def test_the_processed_log_probs_follow_the_token_budget(tiny):
+    """N5: the importance ratio's no-grad forward builds full-vocabulary fp32 logits (and the warpers'
+    copies) for every completion token of its rows: it runs in passes of `algo.max_batch_tokens` LM-head
+    positions like the update's other forwards (a fixed 8 rows per pass was 5-8 GB at Qwen 3B with
+    256-token completions), with the values of one pass."""
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
+    from agentrl.trainers.packing import pack_samples
+    from agentrl.types import StepSample
+
+    model, tokenizer = tiny
+    samples = [StepSample(list(range(10, 20 + k)), list(range(30, 36)), None, 1.0, k, 0) for k in range(6)]
+    batch = pack_samples(samples, tokenizer.pad_token_id, "cpu")
+    trainer = object.__new__(MultiStepTrainer)
+    trainer.model, trainer.temperature, trainer.rollout_top_k, trainer.rollout_top_p = model, 1.3, 3, 1.0
+    trainer.compute_loss_context_manager = contextlib.nullcontext
+    trainer.budget_completions_only = True
+    rows: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda m, a, k: rows.append(k["input_ids"].size(0)), with_kwargs=True
+    )
+    try:
+        trainer.max_batch_tokens = None
+        whole = trainer._processed_logps(batch)
+        trainer.max_batch_tokens = 12  # two rows of 6 completion tokens a pass
+        split = trainer._processed_logps(batch)
+    finally:
+        hook.remove()
+    assert rows == [6, 2, 2, 2]
+    assert torch.allclose(split, whole, equal_nan=True, atol=1e-6)
+
+
 def test_the_kept_sets_edge_is_where_a_near_tie_decides_it():
     """Top-k: the k-th and (k+1)-th logits within a few bf16 steps of each other; top-p: a cumulative
     probability of the kept tokens within as much of top_p. Elsewhere the set is the same on both sides."""
