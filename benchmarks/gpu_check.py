@@ -39,10 +39,19 @@ copy generated the rollouts and the update computed finite, non-zero importance 
 trains and the run ends complete; skipped with fewer than two GPUs). The JSON's `checks` gives each
 check's status (ran | skipped | error), pass/fail and the reason.
 
+`--all` is the one command for a machine with a GPU lent for a few minutes: within `--all-budget-s`
+(540 s) it measures the 3B full fine-tune (`large`: 3 iterations of 16 x 8 episodes, MFU and peak
+memory) with the token budgets as planned now and as planned from the free memory alone when the
+trainer was built (`budgets_from_free_memory_at_build`, side by side in one process), then runs the
+suite (its own `--budget-s`, 150 s under --all), then the test suite with the GPU visible
+(`AGENTRL_TEST_CUDA=1 python -m pytest`, `--pytest-args`, in what time is left; its counts and each
+failure in `pytest`), all in one JSON.
+
 Writes one JSON summary (`--out`, default gpu_check.json) and prints a table. Exit status: 0 all checks
 passed; 1 a check failed (each failure is printed on a `gpu_check FAILED:` line and listed under
 "failures" in the JSON); 2 the machine cannot run it (no CUDA device for --device cuda).
 
+    python benchmarks/gpu_check.py --all --out gpu_all.json      # 3B figures, the suite, pytest on the GPU (< 9 min)
     python benchmarks/gpu_check.py --suite --out gpu_check.json  # every check (one GPU; ~1.5 min on an H200 without vLLM)
     python benchmarks/gpu_check.py --out gpu_check.json          # full and LoRA only (one GPU, ~3-5 min)
     python benchmarks/gpu_check.py --gradient-checkpointing      # the same with activation recomputation
@@ -53,16 +62,22 @@ passed; 1 a check failed (each failure is printed on a `gpu_check FAILED:` line 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
 import math
+import os
+import shlex
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: dense bf16 tensor-core peak, TFLOP/s (NVIDIA datasheets), matched against torch's device name;
 #: the first matching entry wins, so the more specific names come first
@@ -397,6 +412,10 @@ def run_one(
             }
         )
     steady = iters[-1] if iters else {}
+    trainer = captured.get("trainer")
+    budgets = {
+        key: getattr(trainer, key, None) for key in ("max_batch_tokens", "padded_budget", "prompt_budget")
+    }
     captured.clear()
     del model, after
 
@@ -420,6 +439,7 @@ def run_one(
         "mfu_flops": "agentrl.kernels.flops.update_flops: executed forward+backward FLOPs"
         + (" (shared-prefix kernel)" if kernel else " (TRL's pass per row)"),
         "extra_check": extra_result,
+        "token_budgets": budgets,
         "peak_gpu_memory_gib": peak_gib,
         "peak_gpu_memory_reserved_gib": reserved_gib,
         "gpu_memory_at_start_gib": start_gib,
@@ -832,6 +852,121 @@ def multi_process_check(
     }
 
 
+# ---- --all: the 3B figures, the suite and pytest in one command -----------------------------------------
+#: the 3B measurement of docs/gpu.md (an iteration of 16 x 8 episodes, the last of 3 is the steady state)
+LARGE = {"iterations": 3, "group_size": 16, "groups": 8}
+#: the suite's budget under --all, and the least time pytest is started with
+ALL_SUITE_BUDGET_S, PYTEST_MIN_S = 150.0, 60.0
+
+
+@contextlib.contextmanager
+def budgets_from_free_memory_at_build() -> Any:
+    """The `algo.max_batch_tokens=auto` budgets planned from the free memory alone, as when the trainer is
+    built (no gradients or AdamW moments still to come taken off, 4.35 MB a padded token at 3B): the
+    other side of `--all`'s comparison of the 3B run's peak memory and MFU."""
+    import agentrl.trainers.grpo_trainer as grpo_trainer
+    import agentrl.trainers.settings as settings
+
+    saved = grpo_trainer.pending_training_state_bytes, settings.PADDED_ACTIVATION_SCALE
+    grpo_trainer.pending_training_state_bytes = lambda model, optimizer=None: 0
+    settings.PADDED_ACTIVATION_SCALE = 1.0
+    try:
+        yield
+    finally:
+        grpo_trainer.pending_training_state_bytes, settings.PADDED_ACTIVATION_SCALE = saved
+
+
+def crashed(name: str, exc: Exception) -> dict[str, Any]:
+    """A run that raised (an OOM): its error as a failed result, so the other runs still report."""
+    traceback.print_exc()
+    line = " ".join(str(exc).split())[:500] or type(exc).__name__
+    error = f"{type(exc).__name__}: {line}"
+    return {
+        "name": name,
+        "status": "error",
+        "error": error,
+        "passed": False,
+        "failures": [f"{name}: {error}"],
+    }
+
+
+def large_runs(model_dir: Path, work: Path, args: argparse.Namespace, peak: float | None) -> dict[str, Any]:
+    """The 3B full fine-tune at `LARGE`'s size (the tiny model keeps its own), with the token budgets as
+    planned now (`full`) and from the free memory at build (`full_budgets_at_build`), one after the
+    other on the same GPU; `comparison` has their MFU and peak memory side by side."""
+    import torch
+
+    big = argparse.Namespace(**{**vars(args), **({} if args.tiny else LARGE)})
+    runs: dict[str, Any] = {}
+    for name, planning in (
+        ("full", contextlib.nullcontext()),
+        ("full_budgets_at_build", budgets_from_free_memory_at_build()),
+    ):
+        try:
+            with planning:
+                runs[name] = run_one("full", model_dir, work, big, peak, name=name)
+        except Exception as exc:  # noqa: BLE001 - the other side still runs (an OOM is a result here)
+            runs[name] = crashed(name, exc)
+        if torch.cuda.is_available():
+            gc.collect()
+            torch.cuda.empty_cache()
+    keys = ("mfu", "peak_gpu_memory_gib", "update_tokens_per_s", "token_budgets")
+    runs["comparison"] = {name: {k: run.get(k) for k in keys} for name, run in runs.items()}
+    runs["comparison"]["size"] = {k: getattr(big, k) for k in LARGE}
+    return runs
+
+
+def run_pytest(args: argparse.Namespace, seconds: float, work: Path) -> dict[str, Any]:
+    """The test suite with the GPU visible (`AGENTRL_TEST_CUDA=1`, tests/conftest.py) in a subprocess of
+    at most `seconds`: the counts of passed, failed, errored and skipped tests (from its JUnit XML) and
+    each failure's test and first line."""
+    import xml.etree.ElementTree as ET
+
+    report = work / "pytest.xml"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={report}",
+        *shlex.split(args.pytest_args),
+    ]
+    env = {**os.environ, "AGENTRL_TEST_CUDA": "1"}
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=max(seconds, PYTEST_MIN_S)
+        )
+        code, tail = done.returncode, (done.stdout + done.stderr)[-3000:]
+    except subprocess.TimeoutExpired as exc:
+        code, tail = None, f"timed out after {exc.timeout:.0f} s"
+    result: dict[str, Any] = {
+        "command": " ".join(cmd),
+        "returncode": code,
+        "wall_s": time.perf_counter() - start,
+    }
+    if not report.is_file():
+        return {**result, "failures": [f"pytest: no report ({tail[-500:]})"], "output_tail": tail}
+    root = ET.parse(report).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "errors", "skipped")}
+    counts["failed"] = int(suite.get("failures", 0))
+    failed = []
+    for case in suite.iter("testcase"):
+        for kind in ("failure", "error"):
+            node = case.find(kind)
+            if node is not None:
+                message = " ".join((node.get("message") or node.text or "").split())[:300]
+                failed.append(f"{case.get('classname')}::{case.get('name')}: {kind}: {message}")
+    counts["passed"] = counts["tests"] - counts["failed"] - counts["errors"] - counts["skipped"]
+    failures = [f"pytest: {line}" for line in failed]
+    if code not in (0, 1) and not failed:
+        failures.append(f"pytest exited {code}: {tail[-500:]}")
+    return {**result, **counts, "failed_tests": failed, "failures": failures}
+
+
 # ---- the report -----------------------------------------------------------------------------------------
 def _fmt(value: Any, spec: str) -> str:
     """`value` formatted by `spec`, or "-" right-aligned to the spec's width when it is None."""
@@ -848,7 +983,9 @@ def print_report(summary: dict[str, Any]) -> None:
         f" ({summary['model']['parameters'] / 1e6:.1f}M parameters), peak {_fmt(summary['peak_tflops'], '.4g')}"
         f" TFLOP/s bf16, attention {summary['attn_implementation']}"
     )
-    for run in summary["runs"].values():
+    large = {f"3b/{k}": v for k, v in summary.get("large", {}).items() if k != "comparison"}
+    runs = {**large, **summary["runs"]}
+    for run in runs.values():
         if "iterations" not in run:
             continue
         print(
@@ -866,7 +1003,7 @@ def print_report(summary: dict[str, Any]) -> None:
     print(
         "run            rollout tok/s  update tok/s  peak GPU GiB     MFU  weights changed (min)  wall s  result"
     )
-    for mode, run in summary["runs"].items():
+    for mode, run in runs.items():
         if "iterations" not in run:  # skipped, crashed, or a check without training figures (multi_gpu)
             if run.get("status") == "skipped":
                 what = f"SKIPPED: {run['reason']}"
@@ -881,6 +1018,12 @@ def print_report(summary: dict[str, Any]) -> None:
             f"{mode:<14} {_fmt(run['rollout_tokens_per_s'], '13.0f')}  {_fmt(run['update_tokens_per_s'], '12.0f')}"
             f"  {_fmt(run['peak_gpu_memory_gib'], '12.1f')}  {_fmt(run['mfu'], '6.1%')}"
             f"  {run['weights_moved']['min']:21.3f}  {run['wall_s']:6.1f}  {'PASS' if run['passed'] else 'FAIL'}"
+        )
+    tests = summary.get("pytest")
+    if tests is not None and "tests" in tests:
+        print(
+            f"pytest with the GPU visible: {tests['passed']} passed, {tests['failed']} failed, "
+            f"{tests['errors']} errors, {tests['skipped']} skipped in {tests['wall_s']:.0f} s"
         )
     print(f"total {summary['total_s']:.1f} s; summary: {summary['out']}")
 
@@ -918,8 +1061,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--budget-s",
         type=float,
-        default=SUITE_BUDGET_S,
-        help="--suite: skip a check when the longest so far would not fit in what is left of this (s)",
+        default=None,
+        help="--suite: skip a check when the longest so far would not fit in what is left of this (s; "
+        f"{SUITE_BUDGET_S:.0f}, {ALL_SUITE_BUDGET_S:.0f} under --all)",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="the 3B full fine-tune's figures (budgets as planned now and at build), the suite, and "
+        "pytest with the GPU visible, in one JSON",
+    )
+    parser.add_argument(
+        "--all-budget-s",
+        type=float,
+        default=540.0,
+        help="--all: the whole command's time (s); pytest gets the rest",
+    )
+    parser.add_argument(
+        "--pytest-args",
+        default="-n 4 --dist loadscope",
+        help="--all: arguments of the pytest run (default: the whole suite in 4 workers)",
     )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = parser.parse_args(argv)
@@ -931,6 +1092,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--device {args.device!r}: cuda or cpu (choose the GPU with CUDA_VISIBLE_DEVICES)")
     if args.iterations < 2:
         parser.error("--iterations must be >= 2 (LoRA's A matrices only get a gradient once B is non-zero)")
+    if args.all:
+        args.suite = True
+    if args.budget_s is None:
+        args.budget_s = ALL_SUITE_BUDGET_S if args.all else SUITE_BUDGET_S
     return args
 
 
@@ -980,20 +1145,28 @@ def main(argv: list[str] | None = None) -> int:
             f"{summary['model']['build_s']:.1f} s",
             flush=True,
         )
+
+        def write_partial(results: dict[str, Any] | None = None) -> None:
+            partial = {**summary, "partial": True, "total_s": time.perf_counter() - start}
+            if results is not None:
+                partial["runs"] = results
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(partial, indent=2) + "\n")
+
+        if args.all:
+            summary["large"] = large_runs(model_dir, Path(tmp), args, peak)
+            failures += [
+                f for name, run in summary["large"].items() if name != "comparison" for f in run["failures"]
+            ]
+            write_partial()
         if args.suite:
-
-            def write_partial(results: dict[str, Any]) -> None:
-                partial = {
-                    **summary,
-                    "runs": results,
-                    "partial": True,
-                    "total_s": time.perf_counter() - start,
-                }
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(partial, indent=2) + "\n")
-
             summary["runs"] = run_suite(model_dir, Path(tmp), args, peak, on_check=write_partial)
-            failures = [f for run in summary["runs"].values() for f in run["failures"]]
+            failures += [f for run in summary["runs"].values() for f in run["failures"]]
+        if args.all:
+            write_partial(summary["runs"])
+            left = args.all_budget_s - (time.perf_counter() - start)
+            summary["pytest"] = run_pytest(args, left, Path(tmp))
+            failures += summary["pytest"]["failures"]
         for mode in [] if args.suite else args.runs:
             try:
                 run = run_one(mode, model_dir, Path(tmp), args, peak)
@@ -1018,8 +1191,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         for name, run in summary["runs"].items()
     }
-    if cuda and summary["total_s"] > 540:
-        summary["warning"] = f"took {summary['total_s']:.0f} s, over the 9-minute budget"
+    limit = args.all_budget_s if args.all else 540
+    if cuda and summary["total_s"] > limit:
+        summary["warning"] = f"took {summary['total_s']:.0f} s, over its budget of {limit:.0f} s"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print_report(summary)

@@ -258,3 +258,46 @@ def test_the_several_process_check_trains_three_cpu_processes(tmp_path):
     result = gpu_check.multi_process_check(tmp_path / "model", tmp_path, args, 3)
     assert result["passed"], result["failures"]
     assert [r["iteration"] for r in result["metrics_rows"]] == [1, 2]
+
+
+def test_all_reads_pytests_report_and_the_before_budgets_are_restored(tmp_path, monkeypatch):
+    """`--all`: the pytest run's counts and failures come from its JUnit XML (a failing test fails the
+    command); the comparison's budgets planned from the free memory alone are put back afterwards."""
+    import subprocess
+
+    from agentrl.trainers import grpo_trainer, settings
+
+    args = gpu_check.parse_args(["--all", "--tiny", "--device", "cpu", "--pytest-args", "tests/x.py -k y"])
+    assert args.suite and args.budget_s == gpu_check.ALL_SUITE_BUDGET_S
+    xml = """<testsuites><testsuite tests="5" failures="1" errors="0" skipped="1">
+      <testcase classname="tests.test_a" name="test_ok"/>
+      <testcase classname="tests.test_a" name="test_bad"><failure message="assert 1 == 2">...</failure></testcase>
+    </testsuite></testsuites>"""
+
+    def fake(cmd, **kwargs):
+        assert kwargs["env"]["AGENTRL_TEST_CUDA"] == "1" and cmd[-3:] == ["tests/x.py", "-k", "y"]
+        Path(next(c for c in cmd if c.startswith("--junitxml=")).split("=", 1)[1]).write_text(xml)
+        return subprocess.CompletedProcess(cmd, 1, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake)
+    result = gpu_check.run_pytest(args, 100.0, tmp_path)
+    assert (result["passed"], result["failed"], result["skipped"], len(result["failures"])) == (3, 1, 1, 1)
+    assert result["failed_tests"] == ["tests.test_a::test_bad: failure: assert 1 == 2"]
+    pending, scale = grpo_trainer.pending_training_state_bytes, settings.PADDED_ACTIVATION_SCALE
+    with gpu_check.budgets_from_free_memory_at_build():
+        assert grpo_trainer.pending_training_state_bytes(None) == 0 and settings.PADDED_ACTIVATION_SCALE == 1
+    assert grpo_trainer.pending_training_state_bytes is pending and settings.PADDED_ACTIVATION_SCALE == scale
+
+
+@pytest.mark.slow  # three tiny training runs and a pytest subprocess (~1 min on 2 cores)
+def test_all_writes_the_3b_figures_the_suite_and_pytest_in_one_json(tmp_path):
+    out = tmp_path / "all.json"
+    argv = ["--all", "--tiny", "--device", "cpu", "--out", str(out), "--budget-s", "0"]
+    code = gpu_check.main([*argv, "--pytest-args", "tests/test_gpu_check.py -k peak_bf16_table"])
+    summary = json.loads(out.read_text())
+    assert code == 0, summary["failures"]
+    large = summary["large"]
+    assert large["full"]["passed"] and large["full_budgets_at_build"]["passed"]
+    assert set(large["comparison"]) == {"full", "full_budgets_at_build", "size"}
+    assert summary["checks"]["full"]["status"] == "ran"
+    assert summary["pytest"]["passed"] == 7 and summary["pytest"]["failures"] == []
