@@ -22,7 +22,8 @@ WORKER = ROOT / "tests" / "workers" / "ddp_update.py"
 
 
 def _env() -> dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1"}
+    """The processes' environment: gloo processes on the CPU (hidden GPUs), one thread each."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1", "CUDA_VISIBLE_DEVICES": ""}
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", dist.LOCKED_RUN_DIR):
         env.pop(key, None)
     return env

@@ -39,7 +39,8 @@ TINY = [
 
 
 def _env() -> dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1"}
+    """The processes' environment: gloo processes on the CPU (hidden GPUs), one thread each."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1", "CUDA_VISIBLE_DEVICES": ""}
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", dist.LOCKED_RUN_DIR):
         env.pop(key, None)
     return env
@@ -191,7 +192,8 @@ def test_the_value_head_has_its_own_optimizer_saved_and_restored(tmp_path, monke
     head = list(first.actor_critic.critic.head.parameters())
     model_params = {id(p) for group in first.optimizer.param_groups for p in group["params"]}
     assert not model_params & {id(p) for p in head}
-    assert all(p.device == first.accelerator.device for p in head)
+    device = first.accelerator.device  # "cuda" and "cuda:0" are the same GPU
+    assert all((p.device.type, p.device.index or 0) == (device.type, device.index or 0) for p in head)
     saved = torch.load(tmp_path / "checkpoint-1" / HEAD_OPTIMIZER_FILE, weights_only=True)
     assert saved["scheduler"]["last_epoch"] == 1 and saved["optimizer"]["state"]
 

@@ -3,6 +3,7 @@ through composed configs, its callbacks, and (slow) learning checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -108,11 +109,12 @@ def one_update(
     )
     algo = typed(cfg.algo)
     torch.manual_seed(0)
-    model, tokenizer = load_model(cfg.model, for_training=True)
+    # fp32 master weights, as train_llm loads them (model.dtype=auto would be bf16 on a GPU)
+    model, tokenizer = load_model(dataclasses.replace(typed(cfg.model), dtype="float32"), for_training=True)
     precision = {"auto": "fp32"}.get(algo.precision, algo.precision)
     if precision == "bf16-pure":
         model = model.to(torch.bfloat16)
-    args = grpo_config(algo, tmp_path, "cpu", 0, precision)
+    args = grpo_config(algo, tmp_path, model.device.type, 0, precision)
     trainer = MultiStepTrainer(
         model=model,
         reward_funcs=[lambda **kw: [0.0]],

@@ -94,7 +94,8 @@ class FakeVLLMGeneration:
                 ids, lps = [], []
                 for _ in range(self.max_completion_length):
                     # the last position's logits only: the rest would cost a vocabulary-sized head per token
-                    out = self.engine(torch.tensor([prompt + ids]), logits_to_keep=1, use_cache=False)
+                    row = torch.tensor([prompt + ids], device=self.engine.device)
+                    out = self.engine(row, logits_to_keep=1, use_cache=False)
                     logits = out.logits[0, -1].float()
                     if self.temperature > 0:
                         logits = logits / self.temperature

@@ -435,6 +435,7 @@ def test_colocate_memory_is_measured_on_the_trainers_gpu(tiny, monkeypatch):
     )
     trainer.model, trainer.ref_model, trainer.actor_critic = model, copy.deepcopy(model), None
     algo = typed(compose_config(["algo=msgrpo"]).algo)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert colocate_memory(trainer, algo, model_config({"name": "t", "name_or_path": "x"})) is None  # no CUDA
     total = {"bytes": 80 * GIB}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
