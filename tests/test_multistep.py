@@ -160,7 +160,8 @@ def test_update_with_nonzero_advantages_changes_every_trainable_parameter(tmp_pa
     model, before, after = one_update(tmp_path, rows([1.0, -1.0, 0.5, -0.5]))
     unchanged = [n for n in before if torch.equal(before[n], after[n])]
     assert unchanged == []
-    assert model.get_input_embeddings().sparse  # the tied embedding's lookups give sparse gradients
+    # the tied embedding's lookups give sparse gradients where the shared-prefix kernel runs (the CPU)
+    assert model.get_input_embeddings().sparse == (model.device.type == "cpu")
 
 
 @pytest.mark.parametrize("tied", [True, False])
