@@ -77,42 +77,45 @@ def _same_update(many: dict, one: dict, iterations: int) -> None:
     assert many["weights"] == pytest.approx(one["weights"], rel=1e-7)  # the same updates
 
 
+#: the updates' token budget (tests/workers/ddp_update.py) and iterations
+BUDGET, ITERATIONS = "24", 2
+
+
 @pytest.fixture(scope="module")
-def one_process_two_iterations(tmp_path_factory):
-    """The reference of the many-process updates: one process, all eight rows, two iterations."""
-    return _update(tmp_path_factory.mktemp("one") / "one.json", 1, "-", "2")
+def one_process(tmp_path_factory):
+    """The reference of the many-process updates: one process, all eight rows."""
+    return _update(tmp_path_factory.mktemp("one") / "one.json", 1, BUDGET, str(ITERATIONS))
 
 
-def test_two_processes_give_the_loss_and_gradient_of_one_process_with_all_rows(tmp_path):
+def test_two_processes_give_the_loss_and_gradient_of_one_process_with_all_rows(tmp_path, one_process):
     """5 + 3 rows on two processes == 8 rows on one: the loss is a mean over every process's tokens
     (num_items_in_batch summed over processes) and DDP averages the gradients; micro-batches of
     different sizes (TRL gathers per-row statistics) and, with a token budget, different numbers of
     passes per micro-batch (padded with blank passes) keep the processes in step."""
-    one = _update(tmp_path / "one.json", 1, "24")
-    _same_update(_update(tmp_path / "two.json", 2, "24"), one, iterations=1)
+    _same_update(_update(tmp_path / "two.json", 2, BUDGET, str(ITERATIONS)), one_process, ITERATIONS)
 
 
-def test_three_processes_train_every_iteration_like_one_process(tmp_path, one_process_two_iterations):
+def test_three_processes_train_every_iteration_like_one_process(tmp_path, one_process):
     """TRL's sampler takes world_size x steps_per_generation placeholder rows per chunk and drops a chunk
     it cannot fill: with too few rows the epoch of three or more processes was empty and the run ended
     without a step. Three processes train both iterations, the first with one process's loss."""
-    _same_update(_update(tmp_path / "three.json", 3, "-", "2"), one_process_two_iterations, iterations=2)
+    _same_update(_update(tmp_path / "three.json", 3, BUDGET, str(ITERATIONS)), one_process, ITERATIONS)
 
 
 @pytest.mark.multiprocess
-def test_four_processes_train_every_iteration_like_one_process(tmp_path, one_process_two_iterations):
-    _same_update(_update(tmp_path / "four.json", 4, "-", "2"), one_process_two_iterations, iterations=2)
+def test_four_processes_train_every_iteration_like_one_process(tmp_path, one_process):
+    _same_update(_update(tmp_path / "four.json", 4, BUDGET, str(ITERATIONS)), one_process, ITERATIONS)
 
 
 @pytest.mark.multiprocess
-def test_three_fsdp2_processes_train_every_iteration_like_one_process(tmp_path, one_process_two_iterations):
+def test_three_fsdp2_processes_train_every_iteration_like_one_process(tmp_path, one_process):
     """FSDP2 (accelerate's path with its plugin kept on the CPU: tests/workers/fsdp_cpu.py) on three
     processes: both iterations train, with the loss, gradient and weights of one process."""
     from tests.test_gpu_defects import FSDP2_ENV
 
-    many = _update(tmp_path / "fsdp.json", 3, "-", "2", env=FSDP2_ENV)
+    many = _update(tmp_path / "fsdp.json", 3, BUDGET, str(ITERATIONS), env=FSDP2_ENV)
     assert many["fsdp"]
-    _same_update(many, one_process_two_iterations, iterations=2)
+    _same_update(many, one_process, ITERATIONS)
 
 
 def test_the_placeholder_dataset_gives_every_world_size_its_iterations():
