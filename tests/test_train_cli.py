@@ -47,14 +47,17 @@ def test_train_msgrpo_two_iterations_through_the_cli(tmp_path):
 
 def test_training_stops_at_the_target_success_and_checkpoints_there(tmp_path, monkeypatch):
     """algo.stop_at_success ends training after the periodic eval that reaches it (the final eval and
-    eval.json follow, with the iterations trained), and that last iteration is checkpointed."""
+    eval.json follow, with the iterations trained), and that last iteration is checkpointed. Fewer
+    iterations than asked is then no failure. A resume with the same iterations changes nothing; one
+    that asks for more continues from that checkpoint and stops again at the next eval at the target."""
     import agentrl.evaluation
 
     real = agentrl.evaluation.evaluate
+    succeeds = {"eval @ 3"}
 
     def evaluate(*args, description: str = "", **kwargs):
         metrics, episodes = real(*args, description=description, **kwargs)
-        if description == "eval @ 3":  # the tiny random model never succeeds: say it did here
+        if description in succeeds:  # the tiny random model never succeeds: say it did here
             metrics = {**metrics, "success_rate": 1.0}
         return metrics, episodes
 
@@ -75,6 +78,16 @@ def test_training_stops_at_the_target_success_and_checkpoints_there(tmp_path, mo
     saved = json.loads((run / "eval.json").read_text())
     assert saved["iterations"] == 3 and rundir.read_status(run)["status"] == "complete"
     assert (run / "checkpoint-3").is_dir() and (run / "final").is_dir()
+
+    again = CliRunner().invoke(app, ["train", f"resume={run}"], catch_exceptions=False)
+    assert again.exit_code == 0 and "is complete" in again.output, again.output
+    assert logged_iterations(run) == [1, 2, 3]
+    succeeds.add("eval @ 5")
+    more = CliRunner().invoke(app, ["train", f"resume={run}", "algo.iterations=10"], catch_exceptions=False)
+    assert more.exit_code == 0, more.output
+    assert logged_iterations(run) == [1, 2, 3, 4, 5]
+    assert json.loads((run / "eval.json").read_text())["iterations"] == 5
+    assert rundir.read_status(run)["status"] == "complete"
 
 
 def test_training_that_ends_short_of_its_iterations_fails(tmp_path, monkeypatch):
