@@ -43,8 +43,8 @@ def signal_name(signum: int) -> str:
 
 
 class TrainingIncomplete(AgentRLError):
-    """Training ended with fewer iterations than the run asked for, without a stop signal or its time
-    limit: the run fails rather than report the model it has."""
+    """Training ended with fewer iterations than the run asked for, without a stop signal, its time limit
+    or its target success (algo.stop_at_success): the run fails rather than report the model it has."""
 
     exit_code = 1
 
