@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-slow demo lint format clean
+.PHONY: install test test-multiprocess test-slow demo lint format clean
 
 install: $(STAMP)
 	@# env=datascicoding runs model code under bubblewrap (docs/envs.md, "The sandbox"): installed with
@@ -35,6 +35,12 @@ $(STAMP): pyproject.toml Makefile
 TEST_WORKERS ?= 2
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+
+# Training on several gloo processes on the CPU (DDP and FSDP2 with 2-4 processes; ZeRO where deepspeed
+# is installed), each run against one process's result: CI runs them after `make test`. One test at a
+# time: each already runs as many processes as the machine has cores.
+test-multiprocess: install
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m multiprocess
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow

@@ -42,6 +42,13 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+class TrainingIncomplete(AgentRLError):
+    """Training ended with fewer iterations than the run asked for, without a stop signal, its time limit
+    or its target success (algo.stop_at_success): the run fails rather than report the model it has."""
+
+    exit_code = 1
+
+
 class TrainingInterrupted(AgentRLError):
     """Training stopped on a signal; the exit code is 128 + the signal number."""
 

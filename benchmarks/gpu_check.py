@@ -25,20 +25,33 @@ FLOP/s, counted by `agentrl.kernels.flops.update_flops` from each iteration's ro
 attention term, and a backward of 2x the forward where weights train and 1x where they are frozen (LoRA).
 The GPU's peak comes from a small table (H100, H200, A100, L40S; dense bf16) or `--peak-tflops`.
 
-`--suite` runs every check of issue 22's prepared GPU script instead, in this order, within a time budget
+`--suite` runs every check of the prepared GPU script instead, in this order, within a time budget
 (`--budget-s`, 480 s after the model is built: a check is skipped when the longest so far would not fit
-in what is left): `full`; `lora_kl` (LoRA r=16, `algo.beta=0.04`); `vllm_colocate` (LoRA with
-`model.backend=vllm`, then every adapter B moved at random, the weights synced, and the engine's
-next-token log-probs compared with the model's: they must differ before the sync and agree within 0.1
-after; skipped when vllm does not import); `critic` (`algo=poad` under LoRA: the value head and its
-optimizer); `rollout_copy` (`algo.rollout_dtype=bfloat16`); `multi_gpu` (one process with every visible
-GPU, on a tiny model; skipped with fewer than two). The JSON's
-`checks` gives each check's status (ran | skipped | error), pass/fail and the reason.
+in what is left); each asserts its own feature besides the weights moving: `full`; `lora_kl` (LoRA
+r=16, `algo.beta=0.04`: the KL after an update is positive and the reference scores tokens unlike the
+trained policy); `vllm_colocate` (LoRA with `model.backend=vllm` and the paper presets' top-k 3: no row
+masked by its importance ratio; then every adapter B moved at random, the weights synced, and the
+engine's next-token log-probs compared with the model's: they must differ before the sync and agree
+within 0.1 after; skipped when vllm does not import); `critic` (`algo=poad` under LoRA: the value head,
+outside the model, moved and its loss is finite); `rollout_copy` (`algo.rollout_dtype=bfloat16`: the
+copy generated the rollouts and the update computed finite, non-zero importance ratios); `multi_gpu`
+(`agentrl train distributed=ddp` with one process per visible GPU on a tiny model: every iteration
+trains and the run ends complete; skipped with fewer than two GPUs). The JSON's `checks` gives each
+check's status (ran | skipped | error), pass/fail and the reason.
+
+`--all` is the one command for a machine with a GPU lent for a few minutes: within `--all-budget-s`
+(540 s) it measures the 3B full fine-tune (`large`: 3 iterations of 16 x 8 episodes, MFU and peak
+memory) with the token budgets as planned now and as planned from the free memory alone when the
+trainer was built (`budgets_from_free_memory_at_build`, side by side in one process), then runs the
+suite (its own `--budget-s`, 150 s under --all), then the test suite with the GPU visible
+(`AGENTRL_TEST_CUDA=1 python -m pytest`, `--pytest-args`, in what time is left; its counts and each
+failure in `pytest`), all in one JSON.
 
 Writes one JSON summary (`--out`, default gpu_check.json) and prints a table. Exit status: 0 all checks
 passed; 1 a check failed (each failure is printed on a `gpu_check FAILED:` line and listed under
 "failures" in the JSON); 2 the machine cannot run it (no CUDA device for --device cuda).
 
+    python benchmarks/gpu_check.py --all --out gpu_all.json      # 3B figures, the suite, pytest on the GPU (< 9 min)
     python benchmarks/gpu_check.py --suite --out gpu_check.json  # every check (one GPU; ~1.5 min on an H200 without vLLM)
     python benchmarks/gpu_check.py --out gpu_check.json          # full and LoRA only (one GPU, ~3-5 min)
     python benchmarks/gpu_check.py --gradient-checkpointing      # the same with activation recomputation
@@ -49,16 +62,22 @@ passed; 1 a check failed (each failure is printed on a `gpu_check FAILED:` line 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
 import math
+import os
+import shlex
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: dense bf16 tensor-core peak, TFLOP/s (NVIDIA datasheets), matched against torch's device name;
 #: the first matching entry wins, so the more specific names come first
@@ -204,11 +223,11 @@ def run_one(
     *,
     name: str | None = None,
     extra: tuple[str, ...] = (),
-    post_check: Any = None,
+    probe: Probe | None = None,
 ) -> dict[str, Any]:
     """Train `mode` (full | lora) for args.iterations iterations with the `extra` overrides; return its
-    figures and check results. `post_check(model, trainer)`: more checks on the trained model (after the
-    weight comparison), returning a dict with "failures" (the suite's vLLM check)."""
+    figures and check results. `probe`: a suite check's own assertions, entered around the training run
+    and asked afterwards (`Probe.check`)."""
     import torch
 
     import agentrl.models
@@ -291,9 +310,11 @@ def run_one(
     for module in patched:
         module.load_model = capturing_load
     MultiStepTrainer._pack_micro_batches = recording_pack
+    probe = probe or Probe()
     start = time.perf_counter()
     try:
-        train_llm(cfg, run_dir, env_factory)
+        with probe:
+            train_llm(cfg, run_dir, env_factory)
     finally:
         for module in patched:
             module.load_model = real_load
@@ -308,9 +329,8 @@ def run_one(
 
     failures: list[str] = []
     after = take_snapshot(model, captured["move"] + captured["stay"])
-    extra_result = post_check(model, captured.get("trainer")) if post_check is not None else None
-    if extra_result is not None:
-        failures += [f"{name}: {f}" for f in extra_result.get("failures", [])]
+    extra_result = probe.check(model, captured.get("trainer"), rows)
+    failures += [f"{name}: {f}" for f in extra_result.get("failures", [])]
     moved = {n: changed_fraction(captured["before"][n], after[n]) for n in captured["move"]}
     stayed = {n: changed_fraction(captured["before"][n], after[n]) for n in captured["stay"]}
     total = sum(captured["before"][n].numel() for n in moved)
@@ -392,6 +412,10 @@ def run_one(
             }
         )
     steady = iters[-1] if iters else {}
+    trainer = captured.get("trainer")
+    budgets = {
+        key: getattr(trainer, key, None) for key in ("max_batch_tokens", "padded_budget", "prompt_budget")
+    }
     captured.clear()
     del model, after
 
@@ -415,6 +439,7 @@ def run_one(
         "mfu_flops": "agentrl.kernels.flops.update_flops: executed forward+backward FLOPs"
         + (" (shared-prefix kernel)" if kernel else " (TRL's pass per row)"),
         "extra_check": extra_result,
+        "token_budgets": budgets,
         "peak_gpu_memory_gib": peak_gib,
         "peak_gpu_memory_reserved_gib": reserved_gib,
         "gpu_memory_at_start_gib": start_gib,
@@ -438,11 +463,17 @@ def run_one(
 #: (name, mode, overrides) of the suite's training checks, in the order they run (most important first)
 SUITE_RUNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("full", "full", ()),  # full fine-tuning, bf16-mixed: fp32 master weights that move
-    ("lora_kl", "lora", ("algo.beta=0.04",)),  # LoRA r=16 with a KL term (reference = the adapter off)
+    # LoRA r=16 with a KL term (reference = the adapter off); at the default lr of 1e-6 one update moves
+    # the log-probs by ~1e-5, whose KL (~d^2 / 2) rounds to 0 in fp32: 1e-3 makes it measurable
+    ("lora_kl", "lora", ("algo.beta=0.04", "algo.learning_rate=1e-3")),
     # half the episodes: these two check code paths, the first two measure
     ("critic", "lora", ("algo=poad", "algo.group_size=4")),  # POAD: the value head and its own optimizer
     ("rollout_copy", "full", ("algo.rollout_dtype=bfloat16", "algo.group_size=4")),  # a bf16 copy rolls out
 )
+#: the paper presets' top-k (experiment=paper_snake_3b): vLLM's kept set then meets the trainer's
+PAPER_TOP_K = 3
+
+
 #: the suite's wall-clock budget: a check is skipped when the longest one so far would not fit in what is left
 SUITE_BUDGET_S = 480.0
 
@@ -464,6 +495,166 @@ def vllm_unavailable(device: str) -> str | None:
     except Exception as exc:  # noqa: BLE001 - a broken install is a reason to skip, with its message
         return f"vllm does not import: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     return None
+
+
+class Probe:
+    """A suite check's assertions about its own feature, beyond the weights moving: `with probe:` wraps
+    the training run (a probe may record what it needs there), then `probe.check(model, trainer, rows)`
+    returns its figures and "failures" (the trained model, the trainer, the metrics rows)."""
+
+    def __enter__(self) -> Probe:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def check(self, model: Any, trainer: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"failures": []}
+
+
+def _probe_rows(trainer: Any) -> tuple[dict[str, Any], list[Any]]:
+    """One packed row of fixed tokens on the trainer's device: what the reference check scores."""
+    from agentrl.trainers.packing import pack_samples
+    from agentrl.types import StepSample
+
+    sample = StepSample(list(range(100, 132)), list(range(200, 208)), None, 1.0, 0, 0)
+    pad = trainer.processing_class.pad_token_id
+    return pack_samples([sample], pad, trainer.accelerator.device), [sample]
+
+
+class ReferenceProbe(Probe):
+    """A KL term (`lora_kl`): the KL to the reference is positive once the policy moved (the last
+    iteration's `kl`), and the reference the loss reads (TRL's frozen copy, or the base with the adapter
+    off under LoRA) scores tokens differently from the trained policy."""
+
+    def check(self, model: Any, trainer: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        failures = []
+        kl = [r.get("kl") for r in rows]
+        if not kl or kl[-1] is None or not math.isfinite(kl[-1]) or kl[-1] <= 0:
+            failures.append(f"the KL to the reference after an update is {kl[-1] if kl else None} (need > 0)")
+        if trainer is None:
+            return {"kl": kl, "failures": [*failures, "no trainer to ask for the reference"]}
+        batch, samples = _probe_rows(trainer)
+        model.eval()  # no dropout (LoRA's): the two forwards differ only in their weights
+        with torch.no_grad():
+            reference = trainer._reference_logps(batch, samples).float()
+            policy = trainer._rollout_logps(batch).float()
+        gap = float((reference - policy).abs().max())
+        if not gap > 0:
+            failures.append(
+                "the reference's log-probs equal the trained policy's: the reference is the policy"
+            )
+        return {"kl": kl, "reference_policy_max_logp_gap": gap, "failures": failures}
+
+
+class CriticProbe(Probe):
+    """The critic (`critic`, POAD): its value head lives outside the model, so the weight snapshot does
+    not see it. Each of the head's weight tensors must move (some of its elements: a ReLU unit that
+    never fires gets no gradient, so a share like the model's 0.9 does not hold) and every iteration's
+    value loss must be finite."""
+
+    def __init__(self) -> None:
+        self.before: dict[str, Any] = {}
+        self.critic: Any = None
+
+    def __enter__(self) -> CriticProbe:
+        import agentrl.trainers.multistep as multistep
+
+        self._build = build = multistep._build_critic
+
+        def snapshotting(*args: Any, **kwargs: Any) -> Any:
+            critic = build(*args, **kwargs)
+            if critic is not None:
+                self.critic = critic
+                self.before = {n: p.detach().to("cpu", copy=True) for n, p in critic.head.named_parameters()}
+            return critic
+
+        multistep._build_critic = snapshotting
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import agentrl.trainers.multistep as multistep
+
+        multistep._build_critic = self._build
+
+    def check(self, model: Any, trainer: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.critic is None:
+            return {"failures": ["the run built no critic"]}
+        after = {n: p.detach().to("cpu") for n, p in self.critic.head.named_parameters()}
+        moved = {n: changed_fraction(self.before[n], after[n]) for n in self.before}
+        failures = [f"value head {n} did not move" for n, f in moved.items() if f == 0]
+        losses = [r.get("value_loss") for r in rows]
+        if not losses or any(v is None or not math.isfinite(v) for v in losses):
+            failures.append(f"value losses {losses}: need a finite one every iteration")
+        return {"value_head_changed": moved, "value_loss": losses, "failures": failures}
+
+
+class RolloutCopyProbe(Probe):
+    """The bf16 rollout copy (`rollout_copy`): the copy generated the rollouts (its `generate` ran and
+    returned tokens) and the update computed an importance ratio for them, finite, with no row at 0."""
+
+    def __init__(self) -> None:
+        self.calls, self.tokens, self.ratios = 0, 0, []
+
+    def __enter__(self) -> RolloutCopyProbe:
+        from agentrl.agents.backends.hf import HFCopyBackend
+        from agentrl.trainers.grpo_trainer import MultiStepTrainer
+
+        self._generate, self._ratio = generate, add_ratio = (
+            HFCopyBackend.generate,
+            MultiStepTrainer._add_importance_ratio,
+        )
+
+        def counting(backend: Any, *args: Any, **kwargs: Any) -> Any:
+            out = generate(backend, *args, **kwargs)
+            self.calls += 1
+            self.tokens += sum(len(ids) for ids, _ in out)
+            return out
+
+        def recording(trainer: Any, batch: dict[str, Any], rows: Any) -> None:
+            add_ratio(trainer, batch, rows)
+            self.ratios.append(batch["importance_sampling_ratio"].detach().float().cpu())
+
+        HFCopyBackend.generate, MultiStepTrainer._add_importance_ratio = counting, recording
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from agentrl.agents.backends.hf import HFCopyBackend
+        from agentrl.trainers.grpo_trainer import MultiStepTrainer
+
+        HFCopyBackend.generate, MultiStepTrainer._add_importance_ratio = self._generate, self._ratio
+
+    def check(self, model: Any, trainer: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        failures = []
+        if not self.calls or not self.tokens:
+            failures.append(f"the bf16 copy generated {self.tokens} tokens in {self.calls} calls")
+        ratios = torch.cat([r.flatten() for r in self.ratios]) if self.ratios else torch.zeros(0)
+        if not ratios.numel():
+            failures.append("the update computed no importance ratio for the copy's rollouts")
+        elif not bool(torch.isfinite(ratios).all()) or bool((ratios == 0).any()):
+            failures.append(f"importance ratios not finite and positive: min {float(ratios.min())}")
+        figures = {"copy_generate_calls": self.calls, "copy_generated_tokens": self.tokens}
+        if ratios.numel():
+            figures["importance_ratio"] = {"min": float(ratios.min()), "mean": float(ratios.mean())}
+        return {**figures, "failures": failures}
+
+
+class VLLMProbe(Probe):
+    """vLLM colocate: the weight sync checked by logits (`vllm_logits_check`), and with the paper presets'
+    top-k no row of the update masked by its importance ratio (`sampling/masked_rows`)."""
+
+    def check(self, model: Any, trainer: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        result = vllm_logits_check(model, trainer)
+        masked = [r.get("sampling/masked_rows") for r in rows]
+        if any(m is None for m in masked) or any(m > 0 for m in masked):
+            result["failures"].append(f"rows masked by the importance ratio per iteration: {masked} (need 0)")
+        result["masked_rows"] = masked
+        result["uncorrected_tokens"] = [r.get("sampling/uncorrected_tokens") for r in rows]
+        return result
 
 
 def vllm_logits_check(model: Any, trainer: Any, tolerance: float = 0.1) -> dict[str, Any]:
@@ -507,6 +698,20 @@ def vllm_logits_check(model: Any, trainer: Any, tolerance: float = 0.1) -> dict[
     return {"max_logprob_gap_before_sync": stale, "max_logprob_gap_after_sync": synced, "failures": failures}
 
 
+#: the suite checks' assertions about their own features (the others: the weights moving)
+PROBES: dict[str, type[Probe]] = {
+    "lora_kl": ReferenceProbe,
+    "critic": CriticProbe,
+    "rollout_copy": RolloutCopyProbe,
+    "vllm_colocate": VLLMProbe,
+}
+
+
+def suite_probe(name: str) -> Probe:
+    """A fresh probe for the suite check `name`."""
+    return PROBES.get(name, Probe)()
+
+
 def run_suite(
     model_dir: Path, work: Path, args: argparse.Namespace, peak: float | None, on_check: Any = None
 ) -> dict[str, Any]:
@@ -545,11 +750,9 @@ def run_suite(
         if on_check is not None:
             on_check(results)
 
-    def train(name: str, mode: str, extra: tuple[str, ...], post_check: Any = None) -> None:
-        guarded(
-            name,
-            lambda: run_one(mode, model_dir, work, args, peak, name=name, extra=extra, post_check=post_check),
-        )
+    def train(name: str, mode: str, extra: tuple[str, ...]) -> None:
+        probe = suite_probe(name)
+        guarded(name, lambda: run_one(mode, model_dir, work, args, peak, name=name, extra=extra, probe=probe))
 
     for name, mode, extra in SUITE_RUNS[:2]:
         train(name, mode, extra)
@@ -559,20 +762,209 @@ def run_suite(
     if reason:
         results["vllm_colocate"] = skipped("vllm_colocate", reason)
     else:
-        train("vllm_colocate", "lora", ("model.backend=vllm",), vllm_logits_check)
+        train("vllm_colocate", "lora", ("model.backend=vllm", f"algo.top_k={PAPER_TOP_K}"))
     for name, mode, extra in SUITE_RUNS[2:]:
         train(name, mode, extra)
     gpus = torch.cuda.device_count() if cuda else 0
-    if gpus > 1:  # a single process that sees them all (issue 22 A2), on a small model: it is about devices
+    if gpus > 1:  # one process per GPU (distributed=ddp), on a small model: it is about processes
         small = work / "model-tiny"
         if not small.exists():
             build_model(small, "tiny", args.device)
-        guarded("multi_gpu", lambda: run_one("full", small, work, args, peak, name="multi_gpu"))
+        guarded("multi_gpu", lambda: multi_process_check(small, work, args, gpus))
         results["multi_gpu"]["visible_gpus"] = gpus
     else:
-        reason = f"{gpus} CUDA device visible: run on a node with several GPUs" if cuda else "no CUDA device"
+        reason = (
+            f"{gpus} CUDA device visible: one training process per GPU needs two or more"
+            if cuda
+            else "no CUDA device"
+        )
         results["multi_gpu"] = skipped("multi_gpu", reason)
     return results
+
+
+def multi_process_check(
+    model_dir: Path, work: Path, args: argparse.Namespace, processes: int
+) -> dict[str, Any]:
+    """`agentrl train distributed=ddp` with `processes` processes on `model_dir` (accelerate launch, one
+    process per GPU; torchrun over gloo without CUDA), as a user runs it: the run must end complete with
+    a metrics row and a finite, positive gradient norm for every iteration (a world size whose epoch of
+    TRL's sampler is empty trains nothing)."""
+    import subprocess
+
+    name = "multi_gpu"
+    run_dir = work / f"run-{name}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentrl",
+        "train",
+        "algo=msgrpo",
+        "env=frozenlake",
+        "model=qwen2.5-3b",
+        "model.name=qwen2.5-3b-shaped-random-tiny",
+        f"model.name_or_path={model_dir}",
+        "model.device=auto",
+        "distributed=ddp",
+        f"distributed.num_processes={processes}",
+        f"algo.iterations={args.iterations}",
+        "algo.group_size=2",
+        "algo.groups_per_iteration=1",
+        "algo.eval_every=0",
+        "algo.checkpoint_every=0",
+        "algo.eval_before=false",
+        "algo.save_final=false",
+        "algo.torch_threads=1",
+        "agent.invalid_rule=random",
+        "eval.episodes=1",
+        "seed=0",
+        *args.overrides,
+        f"hydra.run.dir={run_dir}",
+    ]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - start
+    failures = []
+    if done.returncode != 0:
+        tail = " ".join(done.stderr.split()[-60:])
+        failures.append(f"{name}: agentrl train exited {done.returncode}: {tail}")
+    metrics = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+    if len(rows) != args.iterations:
+        failures.append(f"{name}: {len(rows)} metrics rows for {args.iterations} iterations")
+    for r in rows:
+        grad = r.get("grad_norm")
+        if grad is None or not math.isfinite(grad) or grad <= 0:
+            failures.append(f"{name}: iteration {r.get('iteration')}: grad_norm {grad} (need finite and > 0)")
+    status_file = run_dir / "status.json"
+    status = json.loads(status_file.read_text()).get("status") if status_file.is_file() else None
+    if status != "complete":
+        failures.append(f"{name}: the run's status is {status}, not complete")
+    return {
+        "name": name,
+        "processes": processes,
+        "command": cmd,
+        "returncode": done.returncode,
+        "run_status": status,
+        "metrics_rows": [{"iteration": r.get("iteration"), "grad_norm": r.get("grad_norm")} for r in rows],
+        "wall_s": wall,
+        "failures": failures,
+        "passed": not failures,
+    }
+
+
+# ---- --all: the 3B figures, the suite and pytest in one command -----------------------------------------
+#: the 3B measurement of docs/gpu.md (an iteration of 16 x 8 episodes, the last of 3 is the steady state)
+LARGE = {"iterations": 3, "group_size": 16, "groups": 8}
+#: the suite's budget under --all, and the least time pytest is started with
+ALL_SUITE_BUDGET_S, PYTEST_MIN_S = 150.0, 60.0
+
+
+@contextlib.contextmanager
+def budgets_from_free_memory_at_build() -> Any:
+    """The `algo.max_batch_tokens=auto` budgets planned from the free memory alone, as when the trainer is
+    built (no gradients or AdamW moments still to come taken off, 4.35 MB a padded token at 3B): the
+    other side of `--all`'s comparison of the 3B run's peak memory and MFU."""
+    import agentrl.trainers.grpo_trainer as grpo_trainer
+    import agentrl.trainers.settings as settings
+
+    saved = grpo_trainer.pending_training_state_bytes, settings.PADDED_ACTIVATION_SCALE
+    grpo_trainer.pending_training_state_bytes = lambda model, optimizer=None: 0
+    settings.PADDED_ACTIVATION_SCALE = 1.0
+    try:
+        yield
+    finally:
+        grpo_trainer.pending_training_state_bytes, settings.PADDED_ACTIVATION_SCALE = saved
+
+
+def crashed(name: str, exc: Exception) -> dict[str, Any]:
+    """A run that raised (an OOM): its error as a failed result, so the other runs still report."""
+    traceback.print_exc()
+    line = " ".join(str(exc).split())[:500] or type(exc).__name__
+    error = f"{type(exc).__name__}: {line}"
+    return {
+        "name": name,
+        "status": "error",
+        "error": error,
+        "passed": False,
+        "failures": [f"{name}: {error}"],
+    }
+
+
+def large_runs(model_dir: Path, work: Path, args: argparse.Namespace, peak: float | None) -> dict[str, Any]:
+    """The 3B full fine-tune at `LARGE`'s size (the tiny model keeps its own), with the token budgets as
+    planned now (`full`) and from the free memory at build (`full_budgets_at_build`), one after the
+    other on the same GPU; `comparison` has their MFU and peak memory side by side."""
+    import torch
+
+    big = argparse.Namespace(**{**vars(args), **({} if args.tiny else LARGE)})
+    runs: dict[str, Any] = {}
+    for name, planning in (
+        ("full", contextlib.nullcontext()),
+        ("full_budgets_at_build", budgets_from_free_memory_at_build()),
+    ):
+        try:
+            with planning:
+                runs[name] = run_one("full", model_dir, work, big, peak, name=name)
+        except Exception as exc:  # noqa: BLE001 - the other side still runs (an OOM is a result here)
+            runs[name] = crashed(name, exc)
+        if torch.cuda.is_available():
+            gc.collect()
+            torch.cuda.empty_cache()
+    keys = ("mfu", "peak_gpu_memory_gib", "update_tokens_per_s", "token_budgets")
+    runs["comparison"] = {name: {k: run.get(k) for k in keys} for name, run in runs.items()}
+    runs["comparison"]["size"] = {k: getattr(big, k) for k in LARGE}
+    return runs
+
+
+def run_pytest(args: argparse.Namespace, seconds: float, work: Path) -> dict[str, Any]:
+    """The test suite with the GPU visible (`AGENTRL_TEST_CUDA=1`, tests/conftest.py) in a subprocess of
+    at most `seconds`: the counts of passed, failed, errored and skipped tests (from its JUnit XML) and
+    each failure's test and first line."""
+    import xml.etree.ElementTree as ET
+
+    report = work / "pytest.xml"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={report}",
+        *shlex.split(args.pytest_args),
+    ]
+    env = {**os.environ, "AGENTRL_TEST_CUDA": "1"}
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=max(seconds, PYTEST_MIN_S)
+        )
+        code, tail = done.returncode, (done.stdout + done.stderr)[-3000:]
+    except subprocess.TimeoutExpired as exc:
+        code, tail = None, f"timed out after {exc.timeout:.0f} s"
+    result: dict[str, Any] = {
+        "command": " ".join(cmd),
+        "returncode": code,
+        "wall_s": time.perf_counter() - start,
+    }
+    if not report.is_file():
+        return {**result, "failures": [f"pytest: no report ({tail[-500:]})"], "output_tail": tail}
+    root = ET.parse(report).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "errors", "skipped")}
+    counts["failed"] = int(suite.get("failures", 0))
+    failed = []
+    for case in suite.iter("testcase"):
+        for kind in ("failure", "error"):
+            node = case.find(kind)
+            if node is not None:
+                message = " ".join((node.get("message") or node.text or "").split())[:300]
+                failed.append(f"{case.get('classname')}::{case.get('name')}: {kind}: {message}")
+    counts["passed"] = counts["tests"] - counts["failed"] - counts["errors"] - counts["skipped"]
+    failures = [f"pytest: {line}" for line in failed]
+    if code not in (0, 1) and not failed:
+        failures.append(f"pytest exited {code}: {tail[-500:]}")
+    return {**result, **counts, "failed_tests": failed, "failures": failures}
 
 
 # ---- the report -----------------------------------------------------------------------------------------
@@ -591,7 +983,9 @@ def print_report(summary: dict[str, Any]) -> None:
         f" ({summary['model']['parameters'] / 1e6:.1f}M parameters), peak {_fmt(summary['peak_tflops'], '.4g')}"
         f" TFLOP/s bf16, attention {summary['attn_implementation']}"
     )
-    for run in summary["runs"].values():
+    large = {f"3b/{k}": v for k, v in summary.get("large", {}).items() if k != "comparison"}
+    runs = {**large, **summary["runs"]}
+    for run in runs.values():
         if "iterations" not in run:
             continue
         print(
@@ -609,15 +1003,27 @@ def print_report(summary: dict[str, Any]) -> None:
     print(
         "run            rollout tok/s  update tok/s  peak GPU GiB     MFU  weights changed (min)  wall s  result"
     )
-    for mode, run in summary["runs"].items():
-        if "iterations" not in run:
-            what = f"SKIPPED: {run['reason']}" if run.get("status") == "skipped" else f"ERROR: {run['error']}"
-            print(f"{mode:<14} {'':>13}  {'':>12}  {'':>12}  {'':>6}  {'':>21}  {'':>6}  {what}")
+    for mode, run in runs.items():
+        if "iterations" not in run:  # skipped, crashed, or a check without training figures (multi_gpu)
+            if run.get("status") == "skipped":
+                what = f"SKIPPED: {run['reason']}"
+            elif "error" in run:
+                what = f"ERROR: {run['error']}"
+            else:
+                what = "PASS" if run["passed"] else "FAIL"
+            wall = _fmt(run.get("wall_s"), "6.1f")
+            print(f"{mode:<14} {'':>13}  {'':>12}  {'':>12}  {'':>6}  {'':>21}  {wall}  {what}")
             continue
         print(
             f"{mode:<14} {_fmt(run['rollout_tokens_per_s'], '13.0f')}  {_fmt(run['update_tokens_per_s'], '12.0f')}"
             f"  {_fmt(run['peak_gpu_memory_gib'], '12.1f')}  {_fmt(run['mfu'], '6.1%')}"
             f"  {run['weights_moved']['min']:21.3f}  {run['wall_s']:6.1f}  {'PASS' if run['passed'] else 'FAIL'}"
+        )
+    tests = summary.get("pytest")
+    if tests is not None and "tests" in tests:
+        print(
+            f"pytest with the GPU visible: {tests['passed']} passed, {tests['failed']} failed, "
+            f"{tests['errors']} errors, {tests['skipped']} skipped in {tests['wall_s']:.0f} s"
         )
     print(f"total {summary['total_s']:.1f} s; summary: {summary['out']}")
 
@@ -655,8 +1061,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--budget-s",
         type=float,
-        default=SUITE_BUDGET_S,
-        help="--suite: skip a check when the longest so far would not fit in what is left of this (s)",
+        default=None,
+        help="--suite: skip a check when the longest so far would not fit in what is left of this (s; "
+        f"{SUITE_BUDGET_S:.0f}, {ALL_SUITE_BUDGET_S:.0f} under --all)",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="the 3B full fine-tune's figures (budgets as planned now and at build), the suite, and "
+        "pytest with the GPU visible, in one JSON",
+    )
+    parser.add_argument(
+        "--all-budget-s",
+        type=float,
+        default=540.0,
+        help="--all: the whole command's time (s); pytest gets the rest",
+    )
+    parser.add_argument(
+        "--pytest-args",
+        default="-n 4 --dist loadscope",
+        help="--all: arguments of the pytest run (default: the whole suite in 4 workers)",
     )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = parser.parse_args(argv)
@@ -668,6 +1092,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--device {args.device!r}: cuda or cpu (choose the GPU with CUDA_VISIBLE_DEVICES)")
     if args.iterations < 2:
         parser.error("--iterations must be >= 2 (LoRA's A matrices only get a gradient once B is non-zero)")
+    if args.all:
+        args.suite = True
+    if args.budget_s is None:
+        args.budget_s = ALL_SUITE_BUDGET_S if args.all else SUITE_BUDGET_S
     return args
 
 
@@ -717,20 +1145,28 @@ def main(argv: list[str] | None = None) -> int:
             f"{summary['model']['build_s']:.1f} s",
             flush=True,
         )
+
+        def write_partial(results: dict[str, Any] | None = None) -> None:
+            partial = {**summary, "partial": True, "total_s": time.perf_counter() - start}
+            if results is not None:
+                partial["runs"] = results
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(partial, indent=2) + "\n")
+
+        if args.all:
+            summary["large"] = large_runs(model_dir, Path(tmp), args, peak)
+            failures += [
+                f for name, run in summary["large"].items() if name != "comparison" for f in run["failures"]
+            ]
+            write_partial()
         if args.suite:
-
-            def write_partial(results: dict[str, Any]) -> None:
-                partial = {
-                    **summary,
-                    "runs": results,
-                    "partial": True,
-                    "total_s": time.perf_counter() - start,
-                }
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(partial, indent=2) + "\n")
-
             summary["runs"] = run_suite(model_dir, Path(tmp), args, peak, on_check=write_partial)
-            failures = [f for run in summary["runs"].values() for f in run["failures"]]
+            failures += [f for run in summary["runs"].values() for f in run["failures"]]
+        if args.all:
+            write_partial(summary["runs"])
+            left = args.all_budget_s - (time.perf_counter() - start)
+            summary["pytest"] = run_pytest(args, left, Path(tmp))
+            failures += summary["pytest"]["failures"]
         for mode in [] if args.suite else args.runs:
             try:
                 run = run_one(mode, model_dir, Path(tmp), args, peak)
@@ -755,8 +1191,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         for name, run in summary["runs"].items()
     }
-    if cuda and summary["total_s"] > 540:
-        summary["warning"] = f"took {summary['total_s']:.0f} s, over the 9-minute budget"
+    limit = args.all_budget_s if args.all else 540
+    if cuda and summary["total_s"] > limit:
+        summary["warning"] = f"took {summary['total_s']:.0f} s, over its budget of {limit:.0f} s"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print_report(summary)

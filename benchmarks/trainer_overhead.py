@@ -116,12 +116,10 @@ def main() -> None:
                     processing_class=tokenizer,
                 )
             else:
-                dataset = Dataset.from_dict({"prompt": ["x"] * (2 * args.micro)})
                 trainer = MultiStepTrainer(
                     model=fresh_model(),
                     reward_funcs=[lambda **kw: [0.0]],
                     args=config(out, 2),
-                    train_dataset=dataset,
                     processing_class=tokenizer,
                     collect=lambda iteration: (list(samples), {}),
                 )

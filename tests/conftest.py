@@ -7,10 +7,13 @@ import os
 
 import pytest
 
-# The suite is written for the CPU (trainers built for "cpu", gloo process groups, CPU numerics): on a
-# machine with a GPU it still tests that, and the GPU path is checked by benchmarks/gpu_check.py
-# (docs/gpu.md). AGENTRL_TEST_CUDA=1 leaves the GPUs visible.
-if os.environ.get("AGENTRL_TEST_CUDA") != "1":
+# The suite hides the GPUs unless AGENTRL_TEST_CUDA=1: `make test` then tests the CPU on any machine, and
+# the GPU path is checked by benchmarks/gpu_check.py (docs/gpu.md). With AGENTRL_TEST_CUDA=1 the GPUs stay
+# visible: models load where `model.device=auto` puts them, a test takes its device from its model or
+# the `device` fixture, and a test of the CPU by nature (its kernels, gloo processes) is marked
+# `cpu_only` with the reason, which its skip gives.
+CUDA_TESTS = os.environ.get("AGENTRL_TEST_CUDA") == "1"
+if not CUDA_TESTS:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ.setdefault("AGENTRL_NO_PROGRESS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -24,6 +27,30 @@ def pytest_collection_finish(session):
     training run (transformers' Trainer.train calls accelerate's free_memory, which calls gc.collect):
     a quarter of test_multistep's time. Objects the tests make are collected as before."""
     gc.freeze()
+
+
+def pytest_collection_modifyitems(config, items):
+    """With the GPUs visible, a `cpu_only(reason)` test is skipped, saying why it tests the CPU only."""
+    if not CUDA_TESTS:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    for item in items:
+        marker = item.get_closest_marker("cpu_only")
+        if marker is not None:
+            reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
+            item.add_marker(pytest.mark.skip(reason=f"CPU only: {reason}"))
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    """Where a test's model and tensors go: the GPU with AGENTRL_TEST_CUDA=1 on a machine that has one,
+    else the CPU."""
+    import torch
+
+    return "cuda" if CUDA_TESTS and torch.cuda.is_available() else "cpu"
 
 
 @pytest.fixture

@@ -70,8 +70,9 @@ def autocast_like_accelerate(model: Any) -> Any:
     import torch
 
     model._original_forward = model.forward
+    where = next(model.parameters()).device.type  # the model's device: the CPU, or the GPU's under test
     model.forward = types.MethodType(
-        torch.autocast("cpu", dtype=torch.bfloat16)(model.forward.__func__), model
+        torch.autocast(where, dtype=torch.bfloat16)(model.forward.__func__), model
     )
     return model
 

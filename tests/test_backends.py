@@ -482,8 +482,10 @@ def test_hf_shared_prompts_match_plain_generation():
     ids, lps = rows[1]
     with torch.no_grad():
         row = prompts[1] + ids
-        logits = model(input_ids=torch.tensor([row])).logits[0, len(prompts[1]) - 1 : -1].float() / 1.5
-    reference = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+        row = torch.tensor([row], device=model.device)
+        logits = model(input_ids=row).logits[0, len(prompts[1]) - 1 : -1].float() / 1.5
+    reference = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids, device=model.device)[:, None])
+    reference = reference.squeeze(-1)
     assert lps == pytest.approx(reference.tolist(), abs=1e-4)
     assert shared.generate(prompts, hot, seed=3) == shared.generate(prompts, hot, seed=3)
 
@@ -652,7 +654,8 @@ def test_a_rollout_keeps_the_weight_casts_across_generation_calls():
 def test_mixed_precision_generation_casts_each_weight_once_per_call(share):
     """Under a forward wrapped in autocast, a whole generation call casts each trained weight to bf16
     once, not once per decoded token, and generates what the wrapped forward alone generates."""
-    model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
+    # fp32 weights for autocast to cast (model.dtype=auto is bf16 on a GPU)
+    model, tokenizer = load_model(compose_config(["model=tiny-random", "model.dtype=float32"]).model)
     model = autocast_like_accelerate(model)
     model.train()
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -21,7 +22,8 @@ WORKER = ROOT / "tests" / "workers" / "ddp_update.py"
 
 
 def _env() -> dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1"}
+    """The processes' environment: gloo processes on the CPU (hidden GPUs), one thread each."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1", "CUDA_VISIBLE_DEVICES": ""}
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", dist.LOCKED_RUN_DIR):
         env.pop(key, None)
     return env
@@ -53,28 +55,91 @@ def test_without_a_process_group_the_collectives_are_the_identity():
     assert dist.gather({"a": 1}) == [{"a": 1}]
 
 
-@pytest.mark.parametrize("budget", [24])
-def test_two_processes_give_the_loss_and_gradient_of_one_process_with_all_rows(tmp_path, budget):
+def _update(out: Path, processes: int, *args: str, env: dict[str, str] | None = None) -> dict:
+    """tests/workers/ddp_update.py as one process or `processes` gloo processes; its JSON."""
+    cmd = [sys.executable, str(WORKER), str(out), *args]
+    if processes > 1:
+        launch = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        cmd = [*launch, f"--nproc_per_node={processes}", *cmd[1:]]
+    subprocess.run(cmd, env={**_env(), **(env or {})}, check=True, timeout=600, cwd=ROOT)
+    result = json.loads(out.read_text())
+    assert result["world"] == processes
+    return result
+
+
+def _same_update(many: dict, one: dict, iterations: int) -> None:
+    """`many` processes trained every iteration, the first with the loss and gradient of one process on
+    all the rows, and ended with its weights."""
+    assert many["optimizer_steps"] == iterations == one["optimizer_steps"]
+    assert many["iterations_logged"] == iterations == one["iterations_logged"]
+    assert many["loss"] == pytest.approx(one["loss"], rel=1e-5)
+    assert many["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5)
+    assert many["weights"] == pytest.approx(one["weights"], rel=1e-7)  # the same updates
+
+
+#: the updates' token budget (tests/workers/ddp_update.py) and iterations
+BUDGET, ITERATIONS = "24", 2
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The reference of the many-process updates: one process, all eight rows."""
+    return _update(tmp_path_factory.mktemp("one") / "one.json", 1, BUDGET, str(ITERATIONS))
+
+
+def test_two_processes_give_the_loss_and_gradient_of_one_process_with_all_rows(tmp_path, one_process):
     """5 + 3 rows on two processes == 8 rows on one: the loss is a mean over every process's tokens
     (num_items_in_batch summed over processes) and DDP averages the gradients; micro-batches of
     different sizes (TRL gathers per-row statistics) and, with a token budget, different numbers of
     passes per micro-batch (padded with blank passes) keep the processes in step."""
-    one, two = tmp_path / "one.json", tmp_path / "two.json"
-    extra = [str(budget)] if budget else []
-    subprocess.run(
-        [sys.executable, str(WORKER), str(one), *extra], env=_env(), check=True, timeout=300, cwd=ROOT
-    )
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    subprocess.run([*launch, str(WORKER), str(two), *extra], env=_env(), check=True, timeout=300, cwd=ROOT)
-    a, b = json.loads(one.read_text()), json.loads(two.read_text())
-    assert (a["world"], b["world"]) == (1, 2)
-    assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
-    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
-    assert b["weights"] == pytest.approx(a["weights"], rel=1e-7)  # the same update
+    _same_update(_update(tmp_path / "two.json", 2, BUDGET, str(ITERATIONS)), one_process, ITERATIONS)
 
 
-@pytest.mark.slow  # six processes start (~2 min); the update itself is checked above
-def test_agentrl_train_distributed_ddp_runs_two_processes_and_resumes(tmp_path):
+def test_three_processes_train_every_iteration_like_one_process(tmp_path, one_process):
+    """TRL's sampler takes world_size x steps_per_generation placeholder rows per chunk and drops a chunk
+    it cannot fill: with too few rows the epoch of three or more processes was empty and the run ended
+    without a step. Three processes train both iterations, the first with one process's loss."""
+    _same_update(_update(tmp_path / "three.json", 3, BUDGET, str(ITERATIONS)), one_process, ITERATIONS)
+
+
+@pytest.mark.multiprocess
+def test_four_processes_train_every_iteration_like_one_process(tmp_path, one_process):
+    _same_update(_update(tmp_path / "four.json", 4, BUDGET, str(ITERATIONS)), one_process, ITERATIONS)
+
+
+@pytest.mark.multiprocess
+def test_three_fsdp2_processes_train_every_iteration_like_one_process(tmp_path, one_process):
+    """FSDP2 (accelerate's path with its plugin kept on the CPU: tests/workers/fsdp_cpu.py) on three
+    processes: both iterations train, with the loss, gradient and weights of one process."""
+    from tests.test_gpu_defects import FSDP2_ENV
+
+    many = _update(tmp_path / "fsdp.json", 3, BUDGET, str(ITERATIONS), env=FSDP2_ENV)
+    assert many["fsdp"]
+    _same_update(many, one_process, ITERATIONS)
+
+
+def test_the_placeholder_dataset_gives_every_world_size_its_iterations():
+    """TRL's own sampler over the placeholder rows yields each process one batch of
+    steps_per_generation micro-batches per iteration, at every world size and accumulation."""
+    from trl.trainer.utils import RepeatSampler
+
+    from agentrl.trainers.grpo_trainer import placeholder_rows
+
+    for world in range(1, 9):
+        for parts in (1, 2, 3, 4):
+            generation = 2 * world * parts  # what GRPOConfig sets from per_device 2 and num_generations 2
+            args = SimpleNamespace(
+                steps_per_generation=parts, generation_batch_size=generation, num_generations=2
+            )
+            rows = list(range(placeholder_rows(args)))
+            sampler = RepeatSampler(rows, mini_repeat_count=2, batch_size=generation // 2, repeat_count=parts)
+            # the Trainer's dataloader takes batches of 2 x parts per process: whole iterations
+            iterations = len(list(sampler)) // (2 * parts * world) // parts
+            assert iterations >= 1, (world, parts)
+
+
+@pytest.mark.multiprocess  # eight processes start (~2 min); the update itself is checked above
+def test_agentrl_train_distributed_ddp_runs_three_processes_and_resumes(tmp_path):
     run = tmp_path / "run"
     common = [
         "env=frozenlake",
@@ -86,21 +151,22 @@ def test_agentrl_train_distributed_ddp_runs_two_processes_and_resumes(tmp_path):
         "algo.torch_threads=1",
     ]
     cli = [sys.executable, "-m", "agentrl", "train"]
-    first = [*cli, *common, "distributed=ddp", "distributed.num_processes=2", "algo.iterations=2"]
+    first = [*cli, *common, "distributed=ddp", "distributed.num_processes=3", "algo.iterations=2"]
     done = subprocess.run(
         [*first, f"hydra.run.dir={run}"], env=_env(), cwd=ROOT, timeout=600, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert logged_iterations(run) == [1, 2]  # one row per iteration, from process 0 only
     row = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
-    assert row["groups"] == 4 and row["train/episodes"] == 8  # both processes' groups
+    assert row["groups"] == 6 and row["train/episodes"] == 12  # every process's groups
     checkpoint = run / "checkpoint-1"
-    assert {"rng_state_0.pth", "rng_state_1.pth"} <= {p.name for p in checkpoint.iterdir()}
-    assert set(json.loads((checkpoint / "manifest.json").read_text())["files"]) >= {"rng_state_1.pth"}
+    ranks = {f"rng_state_{k}.pth" for k in range(3)}
+    assert ranks <= {p.name for p in checkpoint.iterdir()}
+    assert set(json.loads((checkpoint / "manifest.json").read_text())["files"]) >= ranks
     assert json.loads((run / "eval.json").read_text())["episodes"] == 3  # the shards put back together
     assert (run / "final" / "model.safetensors").is_file()
     assert not list(tmp_path.glob("**/.tmp-*"))
-    # the saved overrides say distributed=ddp: resuming relaunches two processes again
+    # the saved overrides say distributed=ddp: resuming relaunches three processes again
     done = subprocess.run(
         [*cli, f"resume={run}", "algo.iterations=3"],
         env=_env(),
@@ -112,7 +178,7 @@ def test_agentrl_train_distributed_ddp_runs_two_processes_and_resumes(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert logged_iterations(run) == [1, 2, 3]
     status = json.loads((run / "status.json").read_text())
-    assert status["status"] == "complete" and status["parts"] == 2
+    assert status["status"] == "complete" and status["parts"] == 2  # the run's two parts: first, resume
 
 
 def test_launcher_commands():

@@ -91,7 +91,10 @@ def test_tiny_cpu_suite_end_to_end(tmp_path, capsys):
     assert full["trainable_parameters"] == full["parameters"]
 
     assert lora["lora_r"] == 16 and 0 < lora["trainable_parameters"] < lora["parameters"]
-    assert lora["overrides"] == ["algo.beta=0.04"]
+    assert lora["overrides"] == ["algo.beta=0.04", "algo.learning_rate=1e-3"]
+    assert lora["extra_check"]["kl"][-1] > 0 and lora["extra_check"]["reference_policy_max_logp_gap"] > 0
+    assert all(f > 0 for f in runs["critic"]["extra_check"]["value_head_changed"].values())
+    assert runs["rollout_copy"]["extra_check"]["copy_generated_tokens"] > 0
     assert lora["weights_moved"]["ok"] and lora["weights_moved"]["min"] > 0.9  # every lora_B tensor
     assert lora["weights_moved"]["lora_A_overall"] > 0  # the second update reached A through B
     assert lora["frozen_unchanged"] and all(v == 0 for v in lora["frozen_unchanged"].values())
@@ -170,3 +173,131 @@ def test_vllm_logits_check_catches_a_sync_that_carries_nothing(monkeypatch):
         )
         result = gpu_check.vllm_logits_check(model, trainer)
         assert (result["failures"] == []) is ok, result
+
+
+def _one_check(tmp_path, name: str) -> dict:
+    """The suite's check `name` alone on the tiny CPU model, with its own assertions (`suite_probe`)."""
+    args = gpu_check.parse_args(["--tiny", "--device", "cpu", "--out", str(tmp_path / "x.json")])
+    model_dir = tmp_path / "model"
+    gpu_check.build_model(model_dir, "tiny", "cpu")
+    mode, extra = {n: (m, e) for n, m, e in gpu_check.SUITE_RUNS}[name]
+    probe = gpu_check.suite_probe(name)
+    return gpu_check.run_one(mode, model_dir, tmp_path, args, None, name=name, extra=extra, probe=probe)
+
+
+def _break(monkeypatch, name: str) -> str:
+    """Break the feature the suite's check `name` is about; returns the failure its probe must report."""
+    from agentrl.trainers import grpo_trainer, multistep
+
+    if name == "lora_kl":  # the loss reads the policy's own log-probs as the reference
+        monkeypatch.setattr(
+            grpo_trainer.MultiStepTrainer,
+            "_reference_logps",
+            lambda self, batch, rows: self._rollout_logps(batch),
+        )
+        return "the reference is the policy"
+    if name == "critic":  # the value head's optimizer never steps
+        monkeypatch.setattr(grpo_trainer, "step_value_head", lambda *args: None)
+        return "value head"
+    # rollout_copy: the trained model generates, the copy is never used
+    monkeypatch.setattr(multistep, "_rollout_agent", lambda trainer, agent, algo, loaded: agent)
+    return "the bf16 copy generated 0 tokens"
+
+
+@pytest.mark.parametrize("name", ["lora_kl", "critic", "rollout_copy"])
+def test_a_suite_check_fails_when_its_feature_is_broken(tmp_path, monkeypatch, name):
+    """Each of these checks asserts its own feature, not only that the model's weights moved: with the
+    feature broken (the weights still move) its probe reports it."""
+    expected = _break(monkeypatch, name)
+    run = _one_check(tmp_path, name)
+    assert run["weights_moved"]["ok"]  # what the weight snapshot alone would have passed
+    assert not run["passed"] and any(expected in f for f in run["failures"]), run["failures"]
+
+
+def test_the_vllm_check_fails_on_rows_its_importance_ratio_masks(monkeypatch):
+    """vLLM colocate runs with the paper presets' top-k: rows that the importance ratio zeroes (the
+    trainer's kept set missing a token vLLM sampled) fail it."""
+    monkeypatch.setattr(gpu_check, "vllm_logits_check", lambda model, trainer: {"failures": []})
+    probe = gpu_check.VLLMProbe()
+    failures = probe.check(None, None, [{"sampling/masked_rows": 0}, {"sampling/masked_rows": 5}])["failures"]
+    assert "rows masked by the importance ratio per iteration: [0, 5]" in failures[0]
+    assert probe.check(None, None, [{"sampling/masked_rows": 0}])["failures"] == []
+
+
+def test_the_several_process_check_fails_on_a_run_that_trains_nothing(tmp_path, monkeypatch):
+    """`multi_gpu`: a launch that exits 0 with a complete status but no metrics row (what three or more
+    processes did when TRL's sampler had no batch for them) fails; a run with every row passes."""
+    import subprocess
+
+    args = gpu_check.parse_args(["--tiny", "--device", "cpu"])
+
+    def fake(rows: int):
+        def run(cmd, **kwargs):
+            run_dir = Path(next(c for c in cmd if c.startswith("hydra.run.dir=")).split("=", 1)[1])
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "status.json").write_text(json.dumps({"status": "complete"}))
+            lines = [json.dumps({"iteration": k + 1, "grad_norm": 0.5}) for k in range(rows)]
+            (run_dir / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+
+        return run
+
+    monkeypatch.setattr(subprocess, "run", fake(0))
+    result = gpu_check.multi_process_check(tmp_path / "model", tmp_path, args, 3)
+    assert "0 metrics rows for 2 iterations" in result["failures"][0]
+    assert "distributed.num_processes=3" in result["command"]
+    monkeypatch.setattr(subprocess, "run", fake(2))
+    assert gpu_check.multi_process_check(tmp_path / "model", tmp_path, args, 3)["passed"]
+
+
+@pytest.mark.multiprocess
+def test_the_several_process_check_trains_three_cpu_processes(tmp_path):
+    """`multi_gpu`'s launch for real, on three gloo processes (torchrun without CUDA)."""
+    args = gpu_check.parse_args(["--tiny", "--device", "cpu"])
+    gpu_check.build_model(tmp_path / "model", "tiny", "cpu")
+    result = gpu_check.multi_process_check(tmp_path / "model", tmp_path, args, 3)
+    assert result["passed"], result["failures"]
+    assert [r["iteration"] for r in result["metrics_rows"]] == [1, 2]
+
+
+def test_all_reads_pytests_report_and_the_before_budgets_are_restored(tmp_path, monkeypatch):
+    """`--all`: the pytest run's counts and failures come from its JUnit XML (a failing test fails the
+    command); the comparison's budgets planned from the free memory alone are put back afterwards."""
+    import subprocess
+
+    from agentrl.trainers import grpo_trainer, settings
+
+    args = gpu_check.parse_args(["--all", "--tiny", "--device", "cpu", "--pytest-args", "tests/x.py -k y"])
+    assert args.suite and args.budget_s == gpu_check.ALL_SUITE_BUDGET_S
+    xml = """<testsuites><testsuite tests="5" failures="1" errors="0" skipped="1">
+      <testcase classname="tests.test_a" name="test_ok"/>
+      <testcase classname="tests.test_a" name="test_bad"><failure message="assert 1 == 2">...</failure></testcase>
+    </testsuite></testsuites>"""
+
+    def fake(cmd, **kwargs):
+        assert kwargs["env"]["AGENTRL_TEST_CUDA"] == "1" and cmd[-3:] == ["tests/x.py", "-k", "y"]
+        Path(next(c for c in cmd if c.startswith("--junitxml=")).split("=", 1)[1]).write_text(xml)
+        return subprocess.CompletedProcess(cmd, 1, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake)
+    result = gpu_check.run_pytest(args, 100.0, tmp_path)
+    assert (result["passed"], result["failed"], result["skipped"], len(result["failures"])) == (3, 1, 1, 1)
+    assert result["failed_tests"] == ["tests.test_a::test_bad: failure: assert 1 == 2"]
+    pending, scale = grpo_trainer.pending_training_state_bytes, settings.PADDED_ACTIVATION_SCALE
+    with gpu_check.budgets_from_free_memory_at_build():
+        assert grpo_trainer.pending_training_state_bytes(None) == 0 and settings.PADDED_ACTIVATION_SCALE == 1
+    assert grpo_trainer.pending_training_state_bytes is pending and settings.PADDED_ACTIVATION_SCALE == scale
+
+
+@pytest.mark.slow  # three tiny training runs and a pytest subprocess (~1 min on 2 cores)
+def test_all_writes_the_3b_figures_the_suite_and_pytest_in_one_json(tmp_path):
+    out = tmp_path / "all.json"
+    argv = ["--all", "--tiny", "--device", "cpu", "--out", str(out), "--budget-s", "0"]
+    code = gpu_check.main([*argv, "--pytest-args", "tests/test_gpu_check.py -k peak_bf16_table"])
+    summary = json.loads(out.read_text())
+    assert code == 0, summary["failures"]
+    large = summary["large"]
+    assert large["full"]["passed"] and large["full_budgets_at_build"]["passed"]
+    assert set(large["comparison"]) == {"full", "full_budgets_at_build", "size"}
+    assert summary["checks"]["full"]["status"] == "ran"
+    assert summary["pytest"]["passed"] == 7 and summary["pytest"]["failures"] == []

@@ -39,7 +39,8 @@ TINY = [
 
 
 def _env() -> dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1"}
+    """The processes' environment: gloo processes on the CPU (hidden GPUs), one thread each."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1", "CUDA_VISIBLE_DEVICES": ""}
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", dist.LOCKED_RUN_DIR):
         env.pop(key, None)
     return env
@@ -191,7 +192,8 @@ def test_the_value_head_has_its_own_optimizer_saved_and_restored(tmp_path, monke
     head = list(first.actor_critic.critic.head.parameters())
     model_params = {id(p) for group in first.optimizer.param_groups for p in group["params"]}
     assert not model_params & {id(p) for p in head}
-    assert all(p.device == first.accelerator.device for p in head)
+    device = first.accelerator.device  # "cuda" and "cuda:0" are the same GPU
+    assert all((p.device.type, p.device.index or 0) == (device.type, device.index or 0) for p in head)
     saved = torch.load(tmp_path / "checkpoint-1" / HEAD_OPTIMIZER_FILE, weights_only=True)
     assert saved["scheduler"]["last_epoch"] == 1 and saved["optimizer"]["state"]
 
@@ -254,26 +256,55 @@ def test_settings_deepspeed_steps_past_are_refused_before_launch(engine):
     )
 
 
-def test_an_empty_iteration_under_deepspeed_steps_with_a_learning_rate_of_zero(monkeypatch):
-    """B1: no row anywhere (no informative group): the pre-optimizer-step hook that drops the gradients
-    comes after DeepSpeed's step, so the iteration's passes run at a learning rate of 0 (no weight
-    moves) and the rate is back afterwards."""
+@pytest.mark.parametrize("engine", ["zero2", "zero3"])
+def test_model_only_checkpoints_under_deepspeed_are_refused_before_launch(engine):
+    """N6: transformers resumes a DeepSpeed run only from the engine's own checkpoint (`global_step*/`,
+    which holds the optimizer: "Can't find a valid checkpoint" otherwise), so a run whose checkpoints
+    would be model-only (`algo.save_optimizer=false`) could never resume: refused before it starts."""
+    from agentrl.errors import ConfigError
+
+    base = ["task=train", "model=tiny-random", "algo=msgrpo", "algo.save_optimizer=false"]
+    with pytest.raises(ConfigError, match=r"^algo.save_optimizer=false: DeepSpeed"):
+        compose_config([*base, f"distributed={engine}"])
+    compose_config([*base, "distributed=ddp"])  # not DeepSpeed: not refused
+
+
+def test_an_empty_iteration_under_deepspeed_skips_the_optimizer_step(monkeypatch):
+    """B1: no row anywhere (no informative group): DeepSpeed steps inside the last backward, before the
+    pre-optimizer-step hook that drops the gradients could act. The torch optimizer inside its
+    wrappers (accelerate's, ZeRO's) skips that step: Adam's step count and moments stay as they were
+    (a learning rate of 0 kept the weights but moved both); an iteration with rows steps as usual."""
+    from types import SimpleNamespace
+
     from trl import GRPOTrainer
 
     from agentrl.trainers.grpo_trainer import MultiStepTrainer
 
-    seen: list[float] = []
-    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))], lr=1e-3)
-    monkeypatch.setattr(
-        GRPOTrainer, "training_step", lambda self, *a, **k: seen.append(optimizer.param_groups[0]["lr"])
-    )
+    param = torch.nn.Parameter(torch.ones(2))
+    adam = torch.optim.AdamW([param], lr=1e-3)
+    param.grad = torch.ones(2)
+    adam.step()  # an earlier iteration: non-zero moments
+    # ZeRO's optimizer around Adam, and accelerate's DeepSpeedOptimizerWrapper around it
+    zero = SimpleNamespace(optimizer=adam, step=lambda: adam.step(), param_groups=adam.param_groups)
+    wrapper = SimpleNamespace(optimizer=zero, param_groups=adam.param_groups)
+
+    def engine_backward(self, *args, **kwargs):  # the engine steps inside the last backward
+        param.grad = torch.zeros(2)
+        zero.step()
+
+    monkeypatch.setattr(GRPOTrainer, "training_step", engine_backward)
     trainer = object.__new__(MultiStepTrainer)
-    trainer.is_deepspeed_enabled, trainer.optimizer, trainer.max_batch_tokens = True, optimizer, None
+    trainer.is_deepspeed_enabled, trainer.optimizer, trainer.max_batch_tokens = True, wrapper, None
     trainer._prepare_inputs = lambda inputs: inputs
-    for empty in (True, False):
-        trainer._empty_iteration = empty
-        trainer.training_step(torch.nn.Linear(1, 1), {"completion_ids": None})
-    assert seen == [0.0, 1e-3] and optimizer.param_groups[0]["lr"] == 1e-3
+    state = adam.state[param]
+    before = (float(state["step"]), state["exp_avg"].clone(), param.detach().clone())
+    trainer._empty_iteration = True
+    trainer.training_step(torch.nn.Linear(1, 1), {"completion_ids": None})
+    assert float(state["step"]) == before[0] and torch.equal(state["exp_avg"], before[1])
+    assert torch.equal(param.detach(), before[2]) and "step" not in vars(adam)  # Adam's own step is back
+    trainer._empty_iteration = False
+    trainer.training_step(torch.nn.Linear(1, 1), {"completion_ids": None})
+    assert float(state["step"]) == before[0] + 1
 
 
 #: what `accelerate launch --config_file <trl>/accelerate_configs/fsdp2.yaml` sets (mixed precision off:
@@ -304,33 +335,39 @@ FSDP2_RUN = [
 ]
 
 
-def _fsdp2_train(run: Path, *overrides: str, dump: Path | None = None) -> None:
+def _fsdp2_train(run: Path, *overrides: str, dump: Path | None = None, processes: int = 2) -> None:
     """A new run in `run` with `overrides`, or with `dump` a resume of it (its saved overrides hold
     the rest) that writes the optimizer state it loaded to `dump`."""
     env = {**_env(), **FSDP2_ENV, **({"DUMP_LOADED_OPTIMIZER": str(dump)} if dump else {})}
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
     where = [f"resume={run}"] if dump else [*FSDP2_RUN, f"hydra.run.dir={run}"]
     cmd = [*launch, str(WORKERS / "fsdp_cpu.py"), "train", *where, *overrides]
     done = subprocess.run(cmd, env=env, cwd=ROOT, timeout=900, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-@pytest.mark.slow  # two runs of two processes each (~2-3 min per case on 2 CPU cores)
+@pytest.mark.multiprocess  # two runs of two or three processes each (~1 min per case on 2 CPU cores)
 @pytest.mark.parametrize(
-    "overrides",
-    [["algo=msgrpo"], ["algo=poad", "model.lora.r=4"], ["algo=msgrpo", "algo.max_batch_tokens=40"]],
-    ids=["msgrpo", "poad-lora", "max_batch_tokens"],
+    ("overrides", "processes"),
+    [
+        (["algo=msgrpo"], 2),
+        (["algo=poad", "model.lora.r=4"], 2),
+        (["algo=msgrpo", "algo.max_batch_tokens=40"], 2),
+        (["algo=msgrpo"], 3),
+    ],
+    ids=["msgrpo", "poad-lora", "max_batch_tokens", "msgrpo-3-processes"],
 )
-def test_fsdp2_trains_checkpoints_and_resumes_on_two_cpu_processes(tmp_path, overrides):
-    """Deliverable 2: `agentrl train distributed=fsdp2` as two gloo processes through accelerate's FSDP2
-    path (tests/workers/fsdp_cpu.py says what differs from `accelerate launch` on GPUs): the eval
-    before, 2 iterations, a checkpoint with FSDP's files, resume with Adam's moments restored exactly,
-    the eval after."""
+def test_fsdp2_trains_checkpoints_and_resumes_on_cpu_processes(tmp_path, overrides, processes):
+    """`agentrl train distributed=fsdp2` as gloo processes through accelerate's FSDP2 path
+    (tests/workers/fsdp_cpu.py says what differs from `accelerate launch` on GPUs): the eval before, 2
+    iterations with a metrics row each, a checkpoint with FSDP's files, resume with Adam's moments
+    restored exactly, the eval after."""
     from agentrl.trainers.actor_critic import HEAD_OPTIMIZER_FILE
     from tests.helpers import logged_iterations
 
     run = tmp_path / "run"
-    _fsdp2_train(run, *overrides, "algo.iterations=2")
+    _fsdp2_train(run, *overrides, "algo.iterations=2", processes=processes)
+    assert logged_iterations(run) == [1, 2]
     checkpoint = run / "checkpoint-2"  # the last iteration's: the resume continues from it
     files = {p.name for p in checkpoint.iterdir()}
     assert {"optimizer.bin", "scheduler.pt", "rng_state_0.pth", "rng_state_1.pth"} <= files
@@ -338,7 +375,7 @@ def test_fsdp2_trains_checkpoints_and_resumes_on_two_cpu_processes(tmp_path, ove
     if "algo=poad" in overrides:
         assert {"value_head.pt", HEAD_OPTIMIZER_FILE} <= files
     dump = tmp_path / "loaded.pt"
-    _fsdp2_train(run, "algo.iterations=3", dump=dump)
+    _fsdp2_train(run, "algo.iterations=3", dump=dump, processes=processes)
     assert logged_iterations(run) == [1, 2, 3]
     saved = torch.load(checkpoint / "optimizer.bin", weights_only=False)["state"]
     loaded = torch.load(dump, weights_only=False)["optimizer"]["state"]
@@ -373,7 +410,7 @@ def _zero3_train(run: Path, *overrides: str, dump: Path | None = None) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-@pytest.mark.slow  # two runs of two processes each; needs deepspeed (docs/distributed.md#status)
+@pytest.mark.multiprocess  # two runs of two processes each; needs deepspeed (docs/distributed.md#status)
 @pytest.mark.parametrize(
     "overrides", [["algo=msgrpo"], ["algo=poad", "model.lora.r=4"]], ids=["msgrpo", "poad-lora"]
 )
@@ -401,11 +438,11 @@ def test_zero3_trains_checkpoints_and_resumes_on_two_cpu_processes(tmp_path, ove
                 assert torch.equal(loaded[key][name], moments[name])
 
 
-@pytest.mark.slow  # needs deepspeed; two processes, ~1 min
+@pytest.mark.multiprocess  # needs deepspeed; two processes, ~1 min
 def test_an_empty_iteration_moves_no_weight_under_deepspeed(tmp_path):
     """B1 with DeepSpeed itself (ZeRO-2, CPU accelerator): after an iteration with rows, an iteration
-    with none leaves every weight as it was (without the zero learning rate Adam's momentum moves them:
-    the checksum went 777.28 -> 1042.26)."""
+    with none leaves every weight, and Adam's step count and moments, as they were (a plain step moved
+    the weights' checksum 777.28 -> 1042.26; a learning rate of 0 kept them but stepped Adam)."""
     pytest.importorskip("deepspeed")
     out = tmp_path / "sums.json"
     env = {**_env(), **ZERO3_ENV, "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"}
@@ -421,6 +458,80 @@ def test_an_empty_iteration_moves_no_weight_under_deepspeed(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["deepspeed"] and result["sums"][1] == result["sums"][0]
+    assert result["adam"][1] == result["adam"][0] and result["adam"][0][0] >= 1
+
+
+def _qwen_3b_on_meta() -> Any:
+    """Qwen2.5-3B's shape with no memory behind it (meta tensors): its parameters count, nothing else."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    config = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=11008,
+        num_hidden_layers=36,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def _gpu_with(monkeypatch: Any, total: int, allocated: list[int]) -> None:
+    """A mocked CUDA device of `total` bytes with `allocated[0]` bytes in use (torch caches none)."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (total - allocated[0], total))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: allocated[0])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated[0])
+
+
+def test_the_auto_budgets_leave_room_for_the_training_state_still_to_come(monkeypatch):
+    """N4: the trainer plans its passes' memory when it is built, before the first backward and optimizer
+    step, so the gradients and AdamW moments (+34.5 GiB at 3B) are not allocated yet. A 3B full fine-tune
+    with a KL term (fp32 weights and reference loaded) on an 80 GiB GPU: the planned peak, with those
+    to come and activations at the ~5.6 MB a padded token measured on an H200, fits; planned from the
+    free memory alone it would not."""
+    from agentrl.trainers import settings
+
+    model = _qwen_3b_on_meta()
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    total, allocated = 80 * 2**30, [2 * weights]  # the policy's fp32 weights and TRL's reference copy
+    _gpu_with(monkeypatch, total, allocated)
+    pending = settings.pending_training_state_bytes(model)
+    assert pending == 3 * weights  # a gradient and two moments a parameter: 34.5 GiB
+
+    def planned_peak(pending: int) -> float:
+        positions = settings.resolve_max_batch_tokens("auto", model, "cuda", pending=pending)
+        tokens = settings.auto_prompt_budget(model, "cuda", kernel=False, pending=pending)
+        logits = positions * settings.LOGIT_COPIES * 4 * model.config.vocab_size
+        return allocated[0] + 3 * weights + tokens * 5.6e6 + logits
+
+    assert planned_peak(pending) <= total
+    assert planned_peak(0) > total  # the budgets as they were: the run would run out of memory
+
+
+def test_the_trainer_plans_again_once_a_rollout_engine_holds_memory(monkeypatch):
+    """A colocated vLLM engine (or a bf16 copy) is built after the trainer: the budgets are planned again
+    once it exists, from what it left."""
+    from types import SimpleNamespace
+
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
+
+    model = _qwen_3b_on_meta()
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    allocated = [weights]
+    _gpu_with(monkeypatch, 140 * 2**30, allocated)
+    trainer = object.__new__(MultiStepTrainer)
+    trainer.model, trainer.optimizer = model, None
+    trainer.args = SimpleNamespace(device=torch.device("cuda"), gradient_checkpointing=False)
+    trainer.accelerator = SimpleNamespace(num_processes=1)
+    trainer.max_batch_tokens_setting, trainer.memory_share = "auto", 1.0
+    trainer.plan_memory()
+    before = (trainer.max_batch_tokens, trainer.padded_budget)
+    allocated[0] += 20 * 2**30  # the engine's share of the GPU
+    trainer.plan_memory()
+    assert trainer.max_batch_tokens < before[0] and trainer.padded_budget < before[1]
+    assert trainer.prompt_budget is None  # CUDA: TRL's pass per row, not the shared-prefix kernel
 
 
 def test_hub_kernels_stay_off_unless_asked(tmp_path):

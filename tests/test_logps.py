@@ -20,7 +20,6 @@ def tiny_model_cfg() -> Any:
 def test_completion_logprobs_match_trl_fused_head():
     """Our CPU shortcut (LM head on the completion positions only) equals a plain full-logits forward
     exactly, and TRL's fused tiled head up to that kernel's own rounding (~1e-3 on CPU)."""
-    from datasets import Dataset
     from trl import GRPOConfig
 
     from agentrl.models import load_model
@@ -42,7 +41,6 @@ def test_completion_logprobs_match_trl_fused_head():
         reward_funcs=[lambda **kw: [0.0]],
         args=args,
         processing_class=tokenizer,
-        train_dataset=Dataset.from_dict({"prompt": ["x", "y"]}),
         collect=lambda i: ([], {}),
     )
     ids = torch.randint(0, 1000, (3, 12), generator=torch.Generator().manual_seed(0))
@@ -64,7 +62,8 @@ def test_completion_logprobs_match_trl_fused_head():
 def test_shared_prefix_logps_equal_per_row_forward_values_and_gradients():
     from agentrl.models import load_model
 
-    model, _ = load_model(tiny_model_cfg(), for_training=True)
+    # the kernel serves the CPU (logps.kernel_applies): its values on the CPU, whatever else is visible
+    model, _ = load_model(tiny_model_cfg(), device="cpu", for_training=True)
     system = list(range(100, 120))  # a common prefix long enough for its own pass (MIN_SHARED_PREFIX)
     prompts = [[5, 6, 7, 8], [5, 6, 7, 8], [9, 10], [5, 6, 7, 8], [9, 10]]  # 2 distinct prompts
     check_rows(model, prompts)
@@ -109,7 +108,7 @@ def test_identical_rows_run_once_with_the_gradients_of_every_copy():
     still returns every row's log-probs, with each copy's gradient counted."""
     from agentrl.models import load_model
 
-    model, _ = load_model(tiny_model_cfg(), for_training=True)
+    model, _ = load_model(tiny_model_cfg(), device="cpu", for_training=True)  # the kernel's device
     system = list(range(100, 120))
     prompts = [system + [5, 6, 7, 8]] * 3 + [system + [9, 10]] * 2
     completions = [[11, 12, 13]] * 3 + [[14, 15]] * 2

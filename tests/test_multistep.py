@@ -3,6 +3,7 @@ through composed configs, its callbacks, and (slow) learning checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -95,7 +96,6 @@ def one_update(
 ) -> tuple[Any, dict, dict]:
     """Run one optimizer step on fixed rows (after one on `first`, when given); return (model, weights
     before, weights after) of that step."""
-    from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -110,16 +110,16 @@ def one_update(
     )
     algo = typed(cfg.algo)
     torch.manual_seed(0)
-    model, tokenizer = load_model(cfg.model, for_training=True)
+    # fp32 master weights, as train_llm loads them (model.dtype=auto would be bf16 on a GPU)
+    model, tokenizer = load_model(dataclasses.replace(typed(cfg.model), dtype="float32"), for_training=True)
     precision = {"auto": "fp32"}.get(algo.precision, algo.precision)
     if precision == "bf16-pure":
         model = model.to(torch.bfloat16)
-    args = grpo_config(algo, tmp_path, "cpu", 0, precision)
+    args = grpo_config(algo, tmp_path, model.device.type, 0, precision)
     trainer = MultiStepTrainer(
         model=model,
         reward_funcs=[lambda **kw: [0.0]],
         args=args,
-        train_dataset=Dataset.from_dict({"prompt": ["x"] * 4}),
         processing_class=tokenizer,
         collect=lambda iteration: (list(samples if iteration == iterations - 1 else first), {}),
         max_batch_tokens=max_batch_tokens,
@@ -163,8 +163,11 @@ def test_update_with_nonzero_advantages_changes_every_trainable_parameter(tmp_pa
     model, before, after = one_update(tmp_path, rows([1.0, -1.0, 0.5, -0.5]))
     unchanged = [n for n in before if torch.equal(before[n], after[n])]
     assert unchanged == []
-    # the tied embedding's lookups give sparse gradients unless AGENTRL_CPU_FEATURES switches them off
-    assert model.get_input_embeddings().sparse == fast_path("sparse-embedding")
+    # the tied embedding's lookups give sparse gradients where the shared-prefix kernel runs (the CPU),
+    # unless AGENTRL_CPU_FEATURES switches them off
+    assert model.get_input_embeddings().sparse == (
+        model.device.type == "cpu" and fast_path("sparse-embedding")
+    )
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -246,6 +249,7 @@ def test_auto_budget_splits_plain_forwards_by_padded_tokens_with_the_same_update
     monkeypatch.setattr(
         settings, "free_memory_bytes", lambda device: int(100 / settings.AUTO_ACTIVATION_FRACTION)
     )
+    monkeypatch.setattr(grpo_trainer, "pending_training_state_bytes", lambda model, optimizer: 0)
     _, _, cut = one_update(tmp_path / "cut", samples, *gc, max_batch_tokens="auto")
     assert passes == per_pass  # two micro-batches of two rows, each one row a pass or both at once
     # Adam's first step moves each element by ~lr (1e-3) whatever its gradient's size, so an element whose

@@ -61,6 +61,24 @@ def test_zero3_without_cuda_fails_in_one_line_before_a_run_dir(tmp_path, monkeyp
     assert no_run_dir(tmp_path)
 
 
+def test_a_process_a_launcher_started_is_not_asked_to_launch(monkeypatch):
+    """The check that refuses fsdp2 without CUDA is the launching command's: a process torchrun or
+    accelerate started (the CPU FSDP2 test's workers) is past it and trains."""
+    import agentrl.runs.checks
+    from agentrl import distributed as dist
+    from agentrl.runs.launch import check_distributed
+
+    monkeypatch.setattr(agentrl.runs.checks, "cuda_available", lambda: False)
+    cfg = compose_config(
+        ["task=train", "model=tiny-random", "distributed=fsdp2", "distributed.num_processes=2"]
+    )
+    with pytest.raises(ConfigError, match="distributed=fsdp2 needs CUDA GPUs"):
+        check_distributed(cfg)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert dist.launched()
+    check_distributed(cfg)
+
+
 def test_a_dqn_run_on_another_env_is_refused_before_a_run_dir(tmp_path):
     from agentrl.trainers.dqn import train_dqn
 

@@ -3,6 +3,7 @@ value loss, checkpoints and resume on the tiny random model."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -155,7 +156,7 @@ def test_critic_features_equal_an_unpadded_forward(tiny):
         torch.testing.assert_close(f, g, atol=1e-5, rtol=1e-4)
     for p, c, f in zip(prompts, completions, features, strict=True):
         with torch.no_grad():
-            hidden = model.model(input_ids=torch.tensor([p + c])).last_hidden_state[0]
+            hidden = model.model(input_ids=torch.tensor([p + c], device=model.device)).last_hidden_state[0]
         n = max(len(c), 1)
         torch.testing.assert_close(f, hidden[len(p) - 1 : len(p) - 1 + n].float(), atol=1e-5, rtol=1e-4)
 
@@ -224,7 +225,7 @@ def test_a_critic_on_the_reference_model_scores_its_log_probs_in_the_same_forwar
         n = len(row.completion_ids)
         assert got[r, n:].abs().sum() == 0
         if n:
-            ids = torch.tensor([row.prompt_ids + row.completion_ids])
+            ids = torch.tensor([row.prompt_ids + row.completion_ids], device=reference.device)
             expected = shared_prefix_logps(reference, ids, torch.ones_like(ids), n, temperature=0.7)[0][0]
             torch.testing.assert_close(got[r, :n], expected, atol=1e-5, rtol=1e-4)
 
@@ -280,7 +281,6 @@ def test_clipped_value_loss_takes_the_larger_error():
 def poad_update(tmp_path: Any, *overrides: str) -> tuple[dict, dict, dict, dict, list[dict]]:
     """One POAD iteration on fixed episodes with the tiny model: (policy weights before, after, value head
     before, after, logged rows)."""
-    from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -300,7 +300,8 @@ def poad_update(tmp_path: Any, *overrides: str) -> tuple[dict, dict, dict, dict,
     )
     algo = typed(cfg.algo)
     torch.manual_seed(0)
-    model, tokenizer = load_model(cfg.model, for_training=True)
+    # fp32 master weights, as train_llm loads them (model.dtype=auto would be bf16 on a GPU)
+    model, tokenizer = load_model(dataclasses.replace(typed(cfg.model), dtype="float32"), for_training=True)
     critic = Critic(model)
     prompt = list(range(100, 130))
     episodes = [
@@ -317,12 +318,11 @@ def poad_update(tmp_path: Any, *overrides: str) -> tuple[dict, dict, dict, dict,
         episodes, algo, np.random.default_rng(0), values=critic.evaluate(episodes, tokenizer.pad_token_id)
     )
     logged: list[dict] = []
-    args = grpo_config(algo, tmp_path, "cpu", 0)
+    args = grpo_config(algo, tmp_path, model.device.type, 0)
     trainer = MultiStepTrainer(
         model=model,
         reward_funcs=[lambda **kw: [0.0]],
         args=args,
-        train_dataset=Dataset.from_dict({"prompt": ["x"] * 4}),
         processing_class=tokenizer,
         collect=lambda iteration: (list(credit.samples), {}),
         actor_critic=ActorCritic(critic, algo.critic_learning_rate, algo.value_coef, algo.value_clip),
@@ -413,7 +413,7 @@ def test_train_interrupt_and_resume_with_the_value_head(tmp_path, monkeypatch):
     train_llm(compose_config([*overrides, "algo.iterations=3"]), tmp_path, env_factory, resume=True)
     assert len(loaded) == 1 and loaded[0].keys() == saved_head.keys()
     for key, value in saved_head.items():
-        torch.testing.assert_close(loaded[0][key], value)
+        torch.testing.assert_close(loaded[0][key].cpu(), value)  # the file's tensors load on the CPU
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2, 3]
     assert all("value_loss" in r and "approx_kl" in r for r in rows)

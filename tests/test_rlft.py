@@ -344,7 +344,8 @@ def test_gae_with_a_kl_term_trains_alike_when_the_critic_shares_the_reference_mo
     assert shared[0]["kl"] == pytest.approx(0.0, abs=1e-6) and shared[1]["kl"] > 1e-6  # the policy moved
     for a, b in zip(shared, apart, strict=True):
         for key in ("kl", "value_loss", "loss", "samples"):
-            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-7), key
+            # abs: a KL of ~0 from two forwards in another order (1.04e-7 apart under a GPU's bf16)
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
         assert a["credit_s"] > 0 and a["prepare_s"] >= 0
 
 

@@ -202,7 +202,8 @@ def test_init_from_loads_the_runs_weights_and_is_shown_by_dry_run(sft_run):
     overrides = ["task=train", "algo=msgrpo", "model=tiny-random", f"init_from={sft_run}"]
     cfg = compose_config(overrides)
     assert cfg.init_from == str(sft_run)
-    model, _ = load_model(with_init_weights(cfg).model)
+    # the weights as saved: fp32 on the CPU (model.dtype=auto rounds them to bf16 on a GPU)
+    model, _ = load_model(with_init_weights(cfg).model, device="cpu")
     name = "model.layers.0.self_attn.q_proj.weight"
     assert torch.equal(model.state_dict()[name], _weights(sft_run / "final")[name])
     result = CliRunner().invoke(app, ["train", *overrides[1:], "--dry-run"], catch_exceptions=False)

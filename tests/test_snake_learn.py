@@ -34,7 +34,6 @@ def snake_update_growth(budget: int | None, tmp: Path, rows_n: int = ROWS) -> di
     import numpy as np
     import psutil
     import torch
-    from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from agentrl.agents.llm import build_llm_agent
@@ -70,7 +69,6 @@ def snake_update_growth(budget: int | None, tmp: Path, rows_n: int = ROWS) -> di
         model=model,
         reward_funcs=[lambda **kw: [0.0]],
         args=args,
-        train_dataset=Dataset.from_dict({"prompt": ["x"] * (2 * args.steps_per_generation)}),
         processing_class=tokenizer,
         collect=lambda iteration: (list(rows), {}),
         shared_prefix=algo.shared_prefix,

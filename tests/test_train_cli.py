@@ -47,14 +47,17 @@ def test_train_msgrpo_two_iterations_through_the_cli(tmp_path):
 
 def test_training_stops_at_the_target_success_and_checkpoints_there(tmp_path, monkeypatch):
     """algo.stop_at_success ends training after the periodic eval that reaches it (the final eval and
-    eval.json follow, with the iterations trained), and that last iteration is checkpointed."""
+    eval.json follow, with the iterations trained), and that last iteration is checkpointed. Fewer
+    iterations than asked is then no failure. A resume with the same iterations changes nothing; one
+    that asks for more continues from that checkpoint and stops again at the next eval at the target."""
     import agentrl.evaluation
 
     real = agentrl.evaluation.evaluate
+    succeeds = {"eval @ 3"}
 
     def evaluate(*args, description: str = "", **kwargs):
         metrics, episodes = real(*args, description=description, **kwargs)
-        if description == "eval @ 3":  # the tiny random model never succeeds: say it did here
+        if description in succeeds:  # the tiny random model never succeeds: say it did here
             metrics = {**metrics, "success_rate": 1.0}
         return metrics, episodes
 
@@ -75,6 +78,34 @@ def test_training_stops_at_the_target_success_and_checkpoints_there(tmp_path, mo
     saved = json.loads((run / "eval.json").read_text())
     assert saved["iterations"] == 3 and rundir.read_status(run)["status"] == "complete"
     assert (run / "checkpoint-3").is_dir() and (run / "final").is_dir()
+
+    again = CliRunner().invoke(app, ["train", f"resume={run}"], catch_exceptions=False)
+    assert again.exit_code == 0 and "is complete" in again.output, again.output
+    assert logged_iterations(run) == [1, 2, 3]
+    succeeds.add("eval @ 5")
+    more = CliRunner().invoke(app, ["train", f"resume={run}", "algo.iterations=10"], catch_exceptions=False)
+    assert more.exit_code == 0, more.output
+    assert logged_iterations(run) == [1, 2, 3, 4, 5]
+    assert json.loads((run / "eval.json").read_text())["iterations"] == 5
+    assert rundir.read_status(run)["status"] == "complete"
+
+
+def test_training_that_ends_short_of_its_iterations_fails(tmp_path, monkeypatch):
+    """The Trainer returns without error when an epoch of TRL's sampler has no batch (what three or more
+    processes had: too few placeholder rows for a chunk), after the eval before training. The run then
+    fails with a non-zero exit, saving and evaluating nothing, instead of reporting success."""
+    from agentrl.trainers import grpo_trainer
+
+    monkeypatch.setattr(grpo_trainer, "placeholder_rows", lambda args: 1)  # a chunk needs 2 rows below
+    run = tmp_path / "run"
+    args = ["train", *TINY, "algo.iterations=2", "algo.gradient_accumulation_steps=2", f"hydra.run.dir={run}"]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "failed"
+    assert "after iteration 0 of algo.iterations=2" in status["reason"]
+    assert (run / "eval_before.json").is_file()
+    assert not (run / "final").exists() and not (run / "eval.json").exists()
 
 
 def test_killed_run_resumes_without_duplicatelogged_iterations(tmp_path):

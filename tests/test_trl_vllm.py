@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import importlib.util
 import inspect
+import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -93,7 +94,8 @@ class FakeVLLMGeneration:
                 ids, lps = [], []
                 for _ in range(self.max_completion_length):
                     # the last position's logits only: the rest would cost a vocabulary-sized head per token
-                    out = self.engine(torch.tensor([prompt + ids]), logits_to_keep=1, use_cache=False)
+                    row = torch.tensor([prompt + ids], device=self.engine.device)
+                    out = self.engine(row, logits_to_keep=1, use_cache=False)
                     logits = out.logits[0, -1].float()
                     if self.temperature > 0:
                         logits = logits / self.temperature
@@ -501,3 +503,5 @@ def test_training_with_model_backend_vllm_syncs_the_engine_before_every_rollout(
     assert len(set(engine.sums)) > 1  # the weights moved between rollouts: the syncs carried the updates
     assert ratios and all(torch.isfinite(r).all() for r in ratios)
     assert all(torch.allclose(r, torch.ones_like(r), atol=1e-3) for r in ratios)  # on-policy, same weights
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["sampling/masked_rows"] == 0 and r["sampling/uncorrected_tokens"] >= 0 for r in rows)

@@ -3,6 +3,7 @@ training run through the CLI."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -67,7 +68,6 @@ def chosen_log_prob(model: Any, prompt: list[int], choice: int) -> float:
 
 def action_update(tmp_path: Any, advantage: float, *overrides: str) -> tuple[float, float, dict, dict]:
     """One action-level update on a fixed row: log pi(chosen) before and after, and the weights."""
-    from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from agentrl.models import load_model
@@ -86,7 +86,8 @@ def action_update(tmp_path: Any, advantage: float, *overrides: str) -> tuple[flo
     )
     algo = typed(cfg.algo)
     torch.manual_seed(0)
-    model, tokenizer = load_model(cfg.model, for_training=True)
+    # fp32 master weights, as train_llm loads them (model.dtype=auto would be bf16 on a GPU)
+    model, tokenizer = load_model(dataclasses.replace(typed(cfg.model), dtype="float32"), for_training=True)
     prompt = list(range(100, 130))
     row = StepSample(
         prompt, CANDIDATES[1], None, advantage, 0, 0, candidates=CANDIDATES, normalizers=[2, 1, 3], choice=1
@@ -94,8 +95,7 @@ def action_update(tmp_path: Any, advantage: float, *overrides: str) -> tuple[flo
     trainer = MultiStepTrainer(
         model=model,
         reward_funcs=[lambda **kw: [0.0]],
-        args=grpo_config(algo, tmp_path, "cpu", 0),
-        train_dataset=Dataset.from_dict({"prompt": ["x"] * 4}),
+        args=grpo_config(algo, tmp_path, model.device.type, 0),
         processing_class=tokenizer,
         collect=lambda iteration: ([row], {}),
     )

@@ -268,7 +268,9 @@ def test_processed_logps_equal_the_engines_on_identical_weights(tiny, top_k, top
     mask = torch.tensor(masks)
     train = processed_logps(model, torch.tensor(rows), mask, width, 1.3, top_k, top_p)
     completion_mask = mask[:, -width:]
-    log_ratio = ((train - torch.tensor(sampled)) * completion_mask).sum(-1)
+    corrected = ~torch.isnan(train) & completion_mask.bool()  # NaN: a near-tie decides the kept set
+    assert corrected.any()
+    log_ratio = torch.nan_to_num((train - torch.tensor(sampled)) * completion_mask, nan=0.0).sum(-1)
     assert torch.allclose(log_ratio.exp(), torch.ones(3), atol=1e-3)  # sequence ratio ~1
     # the plain log_softmax (what the trainer used) is far off: kept mass < 1 on every token
     plain = torch.log_softmax(
@@ -276,6 +278,86 @@ def test_processed_logps_equal_the_engines_on_identical_weights(tiny, top_k, top
     )
     plain = plain.gather(-1, torch.tensor(rows)[:, -width:, None]).squeeze(-1)
     assert ((plain - torch.tensor(sampled)) * completion_mask).sum(-1).max() < -1e-3
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(3, 1.0), (5, 0.9)])
+def test_a_bf16_engine_never_zeroes_a_row_of_the_fp32_trainer(tiny, top_k, top_p):
+    """vLLM's bf16 weights and the trainer's fp32 master weights under bf16 autocast tie or swap the
+    logits at the edge of the top-k / top-p set: a token the engine sampled may lie outside the
+    trainer's set, whose log-prob of -inf gave the whole row an importance ratio of 0 (2 of 6 rows
+    here). Such tokens, and those whose kept set is a near-tie, carry no correction: no row is 0 or
+    inf, and the correction of the others is unbiased (its mean over tokens within 1e-2 of 1)."""
+    from agentrl.agents.backends.trl_vllm import importance_ratio
+
+    model, tokenizer = tiny
+    fake = FakeVLLMGeneration(
+        model, ACCELERATOR, tokenizer, temperature=1.5, top_k=top_k, top_p=top_p, max_completion_length=64
+    )
+    fake.engine = fake.engine.to(torch.bfloat16)  # the engine's weights, as vLLM loads them
+    prompts = _prompts(tokenizer, 6)
+    _, completions, logprobs, _ = fake.generate(prompts, None, 1)
+    width, length = max(len(c) for c in completions), max(len(p) for p in prompts)
+    rows, masks, sampled = [], [], []
+    for prompt, ids, lps in zip(prompts, completions, logprobs, strict=True):
+        pad, left = width - len(ids), length - len(prompt)
+        rows.append([0] * left + prompt + ids + [0] * pad)
+        masks.append([0] * left + [1] * (len(prompt) + len(ids)) + [0] * pad)
+        sampled.append([lp[0] for lp in lps] + [0.0] * pad)
+    mask = torch.tensor(masks)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the trainer's bf16-mixed forward
+        train = processed_logps(model, torch.tensor(rows), mask, width, 1.5, top_k, top_p, rows_per_pass=4)
+    completion_mask, sampled = mask[:, -width:], torch.tensor(sampled)
+    ratio = importance_ratio(train, sampled, completion_mask)  # TRL's default: sequence_mask, cap 3
+    assert torch.isfinite(ratio).all() and (ratio > 0).all(), ratio.flatten().tolist()
+    per_token = torch.exp(torch.nan_to_num(train - sampled, nan=0.0))[completion_mask.bool()]
+    assert float(per_token.mean()) == pytest.approx(1.0, abs=1e-2)
+    assert not torch.isinf(train[completion_mask.bool()]).any()
+
+
+def test_the_processed_log_probs_follow_the_token_budget(tiny):
+    """N5: the importance ratio's no-grad forward builds full-vocabulary fp32 logits (and the warpers'
+    copies) for every completion token of its rows: it runs in passes of `algo.max_batch_tokens` LM-head
+    positions like the update's other forwards (a fixed 8 rows per pass was 5-8 GB at Qwen 3B with
+    256-token completions), with the values of one pass."""
+    from agentrl.trainers.grpo_trainer import MultiStepTrainer
+    from agentrl.trainers.packing import pack_samples
+    from agentrl.types import StepSample
+
+    model, tokenizer = tiny
+    samples = [StepSample(list(range(10, 20 + k)), list(range(30, 36)), None, 1.0, k, 0) for k in range(6)]
+    batch = pack_samples(samples, tokenizer.pad_token_id, "cpu")
+    trainer = object.__new__(MultiStepTrainer)
+    trainer.model, trainer.temperature, trainer.rollout_top_k, trainer.rollout_top_p = model, 1.3, 3, 1.0
+    trainer.compute_loss_context_manager = contextlib.nullcontext
+    trainer.budget_completions_only = True
+    rows: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda m, a, k: rows.append(k["input_ids"].size(0)), with_kwargs=True
+    )
+    try:
+        trainer.max_batch_tokens = None
+        whole = trainer._processed_logps(batch)
+        trainer.max_batch_tokens = 12  # two rows of 6 completion tokens a pass
+        split = trainer._processed_logps(batch)
+    finally:
+        hook.remove()
+    assert rows == [6, 2, 2, 2]
+    assert torch.allclose(split, whole, equal_nan=True, atol=1e-6)
+
+
+def test_the_kept_sets_edge_is_where_a_near_tie_decides_it():
+    """Top-k: the k-th and (k+1)-th logits within a few bf16 steps of each other; top-p: a cumulative
+    probability of the kept tokens within as much of top_p. Elsewhere the set is the same on both sides."""
+    from agentrl.trainers.logps import kept_set_edge
+
+    logits = torch.tensor([[20.0, 18.0, 16.0, 15.875, 10.0], [20.0, 18.0, 16.0, 12.0, 10.0]])
+    assert kept_set_edge(logits, top_k=3).tolist() == [True, False]
+    assert kept_set_edge(logits, top_k=4).tolist() == [False, False]
+    two = torch.log(torch.tensor([[0.5, 0.3, 0.2], [0.45, 0.35, 0.2]]))
+    # the first two tokens hold 0.8: a top_p of 0.8 is decided by rounding, 0.9 is not
+    assert kept_set_edge(two, top_p=0.8).tolist() == [True, True]
+    assert kept_set_edge(two, top_p=0.9).tolist() == [False, False]
+    assert not kept_set_edge(logits).any()  # no truncation, no edge
 
 
 # ---- C2: the CUDA log-prob path ---------------------------------------------------------------------------
@@ -353,6 +435,7 @@ def test_colocate_memory_is_measured_on_the_trainers_gpu(tiny, monkeypatch):
     )
     trainer.model, trainer.ref_model, trainer.actor_critic = model, copy.deepcopy(model), None
     algo = typed(compose_config(["algo=msgrpo"]).algo)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert colocate_memory(trainer, algo, model_config({"name": "t", "name_or_path": "x"})) is None  # no CUDA
     total = {"bytes": 80 * GIB}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -158,10 +158,19 @@ def _check_bool_overrides(cfg: DictConfig, overrides: list[str]) -> None:
             raise ConfigError(f"{key}={show(override.value())}: expected a boolean (true or false)")
 
 
-def refuse_under_deepspeed(max_batch_tokens: int | None, ppo_epochs: int) -> None:
+def refuse_under_deepspeed(
+    max_batch_tokens: int | None, ppo_epochs: int, save_optimizer: bool = True
+) -> None:
     """Settings whose optimizer-step logic runs after DeepSpeed's engine has already stepped (it steps
     inside the backward of every pass that synchronises gradients, and `no_sync` does nothing at
-    ZeRO >= 2): refused, with the setting named."""
+    ZeRO >= 2), and model-only checkpoints, which DeepSpeed cannot resume from (transformers resumes a
+    DeepSpeed run only from the engine's own `global_step*/`, which holds the optimizer): refused, with
+    the setting named."""
+    if not save_optimizer:
+        raise ConfigError(
+            "algo.save_optimizer=false: DeepSpeed (distributed=zero2/zero3) resumes only from its own "
+            "checkpoint with the optimizer state; set algo.save_optimizer=true or use distributed=ddp/fsdp2"
+        )
     if max_batch_tokens:
         raise ConfigError(
             f"algo.max_batch_tokens={max_batch_tokens}: DeepSpeed (distributed=zero2/zero3) steps the "
@@ -210,7 +219,9 @@ def validate(cfg: DictConfig) -> AgentRLConfig:
         if engine in ("zero2", "zero3"):
             budget = getattr(algo, "max_batch_tokens", None)
             refuse_under_deepspeed(
-                budget if isinstance(budget, int) else None, getattr(algo, "ppo_epochs", 1)
+                budget if isinstance(budget, int) else None,
+                getattr(algo, "ppo_epochs", 1),
+                getattr(algo, "save_optimizer", True),
             )
         if critic and engine in ("zero3", "fsdp2") and model.lora.r == 0:
             raise ConfigError(

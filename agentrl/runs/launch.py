@@ -158,12 +158,15 @@ def _baseline_hint(cfg: DictConfig) -> str:
 
 def check_distributed(cfg: DictConfig) -> None:
     """What `distributed=` needs on this machine: CUDA for every engine but ddp (which runs on the CPU
-    over gloo), a process count when there is no GPU to count."""
+    over gloo), a process count when there is no GPU to count. Checked where the command would launch
+    the processes; a process a launcher started is past that point (its launcher chose the engine)."""
     engine = str(OmegaConf.select(cfg, "distributed.name", default="none"))
     if cfg.task != "train" or engine == "none":
         return
     from agentrl import distributed as dist
 
+    if dist.launched():
+        return
     if _processes(cfg) > 1:
         from agentrl.config import typed
 

@@ -97,6 +97,7 @@ class TimeLimit(TrainerCallback):
     def __init__(self, seconds: float | None):
         self.seconds = seconds
         self.start = time.perf_counter()
+        self.reached = False  # training stopped here (fewer iterations than asked is then expected)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         self.start = time.perf_counter()
@@ -113,7 +114,7 @@ class TimeLimit(TrainerCallback):
         # every process stops after the same iteration (their clocks differ a little)
         if dist.any_true(bool(self.seconds) and time.perf_counter() - self.start >= self.seconds):
             log.info("Time limit reached after iteration %d: stopping", state.global_step)
-            control.should_training_stop = True
+            control.should_training_stop = self.reached = True
         return control
 
 

@@ -8,7 +8,8 @@ pinned in pyproject because these move):
 - `_prepare_inputs` (train mode only): TRL's version generates a fixed-size single-turn batch and its
   `split_tensor_dict` drops remainder rows. The row count here varies per iteration (episode lengths,
   sampling), so the rows are built here and split into exactly `steps_per_generation` near-equal
-  micro-batches: no row is dropped, none is added. The dataset rows TRL hands in are placeholders.
+  micro-batches: no row is dropped, none is added. The dataset rows TRL hands in are placeholders
+  (`placeholder_dataset`, sized so that TRL's sampler gives every process a batch at any world size).
 - `_get_per_token_logps_and_entropies` (trainers/trainer_logps.py): on a CPU with one process,
   `trainers/logps.py` scores only completion tokens and runs shared prompt text once (exact). CUDA keeps
   TRL's fused LM head (the kernel would build full-vocabulary fp32 logits); `algo.shared_prefix` then
@@ -60,7 +61,12 @@ from agentrl.trainers.checkpoints import CheckpointsMixin
 from agentrl.trainers.iteration import Collect, merge_process_metrics
 from agentrl.trainers.logps import kernel_applies
 from agentrl.trainers.packing import action_rows, blank_rows, pack_samples, split_by_tokens, split_even
-from agentrl.trainers.settings import auto_prompt_budget, gather_fraction, resolve_max_batch_tokens
+from agentrl.trainers.settings import (
+    auto_prompt_budget,
+    gather_fraction,
+    pending_training_state_bytes,
+    resolve_max_batch_tokens,
+)
 from agentrl.trainers.trainer_logps import TrainerLogps
 from agentrl.types import StepSample
 
@@ -79,6 +85,22 @@ def _padded_gather(accelerator: Any) -> Callable[[Any], Any]:
     return padded
 
 
+def placeholder_rows(args: Any) -> int:
+    """Rows of the placeholder dataset: TRL's `RepeatSampler` takes `generation_batch_size //
+    num_generations` distinct rows per chunk (`world_size * steps_per_generation`, grpo_config.py) and
+    drops a chunk it cannot fill, and an epoch without a chunk makes the Trainer stop without a step. So
+    at least one full chunk; two iterations' worth on one process."""
+    return max(2 * args.steps_per_generation, args.generation_batch_size // args.num_generations)
+
+
+def placeholder_dataset(args: Any) -> Any:
+    """The dataset TRL iterates: one placeholder prompt a row (`placeholder_rows`); the iterations' rows
+    come from `collect`."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": ["<rollout>"] * placeholder_rows(args)})
+
+
 @contextlib.contextmanager
 def _without_log(logger: str, text: str) -> Iterator[None]:
     """Drops the records of `logger` whose message holds `text` while the block runs."""
@@ -95,19 +117,19 @@ def _without_log(logger: str, text: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def zero_learning_rate(optimizer: Any) -> Any:
-    """Every parameter group's learning rate at 0 while inside (AdamW's decoupled weight decay scales with
-    it too, so no weight moves); then the saved rates, except where a scheduler set a new one."""
-    groups = optimizer.param_groups
-    saved = [group["lr"] for group in groups]
-    for group in groups:
-        group["lr"] = 0.0
+def optimizer_step_skipped(optimizer: Any) -> Any:
+    """The torch optimizer inside DeepSpeed's wrappers (accelerate's `DeepSpeedOptimizerWrapper`, then
+    ZeRO's optimizer: each keeps the next as `.optimizer`) does not step while inside: no weight, Adam
+    moment or step count moves, while the engine's own bookkeeping (its step counter, the schedule) goes
+    on as for any iteration."""
+    inner = optimizer
+    while getattr(inner, "optimizer", None) is not None:
+        inner = inner.optimizer
+    inner.step = lambda *args, **kwargs: None  # shadows the class's step for this instance
     try:
         yield
     finally:
-        for group, lr in zip(groups, saved, strict=True):
-            if group["lr"] == 0.0:
-                group["lr"] = lr
+        del inner.step
 
 
 def sparse_embedding_gradients(model: Any) -> bool:
@@ -151,7 +173,10 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
 
     def __init__(
         self,
-        *args: Any,
+        model: Any,
+        reward_funcs: Any,
+        args: Any,
+        *,
         collect: Collect,
         shared_prefix: bool = False,
         keep_checkpoints: int = 2,
@@ -165,7 +190,9 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
         # TRL builds its reference model (beta > 0, full fine-tuning) with `args.model_init_kwargs`, and
         # also warns that they "will be ignored" because the policy comes as a model: they are not
         with _without_log("trl.trainer.grpo_trainer", "You passed `model_init_kwargs`"):
-            super().__init__(*args, **kwargs)
+            super().__init__(
+                model, reward_funcs, args=args, train_dataset=placeholder_dataset(args), **kwargs
+            )
         self.collect = collect
         self.shared_prefix = shared_prefix
         self.keep_checkpoints = keep_checkpoints
@@ -177,32 +204,11 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
         if max_batch_tokens == "auto" and self.is_deepspeed_enabled:
             max_batch_tokens = None
         self.budget_completions_only = max_batch_tokens == "auto"
-        self.max_batch_tokens = resolve_max_batch_tokens(
-            max_batch_tokens, self.model, str(self.args.device), memory_share
-        )
-        # "auto" also bounds the activations a pass keeps for its backward: where the shared-prefix kernel
-        # runs, the distinct prompts and completions (rows whose prompts all differ, random maps or long
-        # histories, would otherwise run hundreds of prompts with gradients at once); elsewhere every
-        # row's padded prompt and completion
-        kernel = kernel_applies(self.args.device.type, self.accelerator.num_processes)
-        if kernel:  # one process on a CPU: no DDP/FSDP/DeepSpeed gradient hooks meet a sparse gradient
+        self.max_batch_tokens_setting, self.memory_share = max_batch_tokens, memory_share
+        if kernel_applies(self.args.device.type, self.accelerator.num_processes):
+            # one process on a CPU: no DDP/FSDP/DeepSpeed gradient hooks meet a sparse gradient
             sparse_embedding_gradients(self.model)
-        # the Trainer turns checkpointing on when training starts: read the setting, not the model
-        checkpointing = bool(self.args.gradient_checkpointing)
-        activations = (
-            auto_prompt_budget(
-                self.model,
-                str(self.args.device),
-                share=memory_share,
-                kernel=kernel,
-                checkpointing=checkpointing,
-            )
-            if max_batch_tokens == "auto"
-            else None
-        )
-        self.prompt_budget = activations if kernel else None
-        self.padded_budget = None if kernel else activations
-        self.gather_fraction = gather_fraction(self.model, checkpointing) if self.prompt_budget else 0.0
+        self.plan_memory()
         self.head_optimizer, self.head_scheduler = head_optimizer(actor_critic, self.args)
         self._train_logps: torch.Tensor | None = None  # the last training forward's log-probs (for the KL)
         # rollouts through TRL's vLLM engine (model.backend=vllm): rows get its importance-sampling ratio,
@@ -223,18 +229,54 @@ class MultiStepTrainer(CheckpointsMixin, TrainerLogps, GRPOTrainer):
             # each process's micro-batch has its own row count; TRL gathers per-row statistics
             self.accelerator.gather = _padded_gather(self.accelerator)
         if self.is_deepspeed_enabled:
-            dist.refuse_under_deepspeed(max_batch_tokens, ppo_epochs)
+            dist.refuse_under_deepspeed(max_batch_tokens, ppo_epochs, not self.args.save_only_model)
+
+    # -- memory: the budgets of `algo.max_batch_tokens=auto` -----------------------------------------
+    def plan_memory(self) -> None:
+        """The token budgets per pass from the memory left once every persistent tensor exists: the free
+        memory now, less the gradients and AdamW moments still to come. Called when the trainer is built
+        and again by whatever allocates a rollout engine afterwards (trainers/rollout_backends.py).
+
+        `max_batch_tokens`: a number or null as set; under "auto" the LM-head positions whose fp32
+        logits fit. "auto" also bounds the activations a pass keeps for its backward: where the
+        shared-prefix kernel runs, the distinct prompts and completions (rows whose prompts all differ,
+        random maps or long histories, would otherwise run hundreds of prompts with gradients at once);
+        elsewhere every row's padded prompt and completion."""
+        setting, device = self.max_batch_tokens_setting, str(self.args.device)
+        pending = pending_training_state_bytes(self.model, self.optimizer) if setting == "auto" else 0
+        self.max_batch_tokens = resolve_max_batch_tokens(
+            setting, self.model, device, self.memory_share, pending
+        )
+        kernel = kernel_applies(self.args.device.type, self.accelerator.num_processes)
+        # the Trainer turns checkpointing on when training starts: read the setting, not the model
+        checkpointing = bool(self.args.gradient_checkpointing)
+        activations = (
+            auto_prompt_budget(
+                self.model,
+                device,
+                share=self.memory_share,
+                kernel=kernel,
+                checkpointing=checkpointing,
+                pending=pending,
+            )
+            if setting == "auto"
+            else None
+        )
+        self.prompt_budget = activations if kernel else None
+        self.padded_budget = None if kernel else activations
+        self.gather_fraction = gather_fraction(self.model, checkpointing) if self.prompt_budget else 0.0
 
     # -- DeepSpeed: its engine steps inside the last micro-batch's backward --------------------------
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         """Under DeepSpeed the engine takes its optimizer step inside the backward of the iteration's
-        last micro-batch, before any pre-optimizer-step hook: an iteration without rows (whose hook
-        would drop the gradients) runs with a learning rate of 0, so the weights stay as they are."""
+        last micro-batch, before any pre-optimizer-step hook: an iteration without rows on any process
+        (whose hook would drop the gradients) runs with the optimizer's step skipped on every process, so
+        neither the weights nor Adam's moments and step count move."""
         if not self.is_deepspeed_enabled:
             return self._training_step(model, inputs, num_items_in_batch)
         model.train()
         inputs = self._prepare_inputs(inputs)  # builds the iteration (and so knows whether it is empty)
-        with zero_learning_rate(self.optimizer) if self._empty_iteration else contextlib.nullcontext():
+        with optimizer_step_skipped(self.optimizer) if self._empty_iteration else contextlib.nullcontext():
             return self._training_step(model, inputs, num_items_in_batch)
 
     # -- memory: a token budget per forward/backward ----------------------------------------------------

@@ -85,6 +85,8 @@ SUM_METRICS = frozenset(
         "episodes_kept",
         "rollout_tokens_per_s",
         "update_tokens_per_s",
+        "sampling/uncorrected_tokens",
+        "sampling/masked_rows",
     }
 )
 MAX_METRICS = frozenset(

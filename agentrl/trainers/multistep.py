@@ -41,7 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 from agentrl import distributed as dist
 from agentrl.algos import LLM_ALGORITHMS
 from agentrl.console import set_torch_threads
-from agentrl.errors import ConfigError
+from agentrl.errors import ConfigError, TrainingIncomplete
 from agentrl.kernels import features
 from agentrl.kernels.features import fast_path
 from agentrl.runs.rundir import shell_override
@@ -321,15 +321,12 @@ def _build_trainer(
     algo: Any, loaded: LoadedPolicy, collector: Collector, critic: Critic | None
 ) -> MultiStepTrainer:
     """TRL's side of the run: `MultiStepTrainer` on the policy, its iterations built by `collector`."""
-    from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    args = loaded.args
     trainer = MultiStepTrainer(
         model=loaded.model,
         reward_funcs=[_unused_reward],
-        args=args,
-        train_dataset=Dataset.from_dict({"prompt": ["<rollout>"] * (2 * args.steps_per_generation)}),
+        args=loaded.args,
         processing_class=loaded.tokenizer,
         collect=collector,
         shared_prefix=algo.shared_prefix,
@@ -421,7 +418,8 @@ def _train(
 ) -> float:
     """`trainer.train` with the run's callbacks (eval before training, rollout-cache reset, time limit,
     periodic eval and its stop at a target, checkpoints, metrics.jsonl, signals); a stopping signal saves
-    and raises. Returns the seconds training took."""
+    and raises, and so does training that ends short of `algo.iterations` with neither its time limit nor
+    its target reached (`TrainingIncomplete`). Returns the seconds training took."""
     main = dist.is_main()
     pending: dict[str, Any] = {}
     minutes = algo.time_limit_minutes
@@ -435,18 +433,19 @@ def _train(
             return {}
         return evals.run(f"eval @ {step}", algo.periodic_eval_episodes)[0]
 
+    limit = TimeLimit(minutes * 60 if minutes else None)
+    target = PeriodicEval(algo.eval_every, periodic_eval, pending, algo.stop_at_success)
     start = time.perf_counter()
     with stop:
         try:
             with progress(cfg.algo.name, total=algo.iterations) as bar:
                 if done_before:
                     bar.advance(n=done_before)
-                limit = TimeLimit(minutes * 60 if minutes else None)
                 for callback in (
                     BeforeTraining(evals.before_training) if wants_before else None,
                     RolloutCacheReset(policy.backend, trainer.rollout_backend),
                     limit,
-                    PeriodicEval(algo.eval_every, periodic_eval, pending, algo.stop_at_success),
+                    target,
                     CheckpointEvery(algo.checkpoint_every),
                     MetricsWriter(metrics_log, bar, pending, METRIC_RENAMES, limit.seconds_left)
                     if main
@@ -462,7 +461,21 @@ def _train(
         finally:
             if metrics_log is not None:
                 metrics_log.close()
+    _check_complete(trainer.state.global_step, algo.iterations, done_before, limit.reached or target.reached)
     return time.perf_counter() - start
+
+
+def _check_complete(done: int, asked: int, done_before: int, stopped: bool) -> None:
+    """Raise `TrainingIncomplete` where the Trainer returned with fewer iterations than asked and nothing
+    meant to stop it (`stopped`: the time limit or algo.stop_at_success): an iteration whose update was
+    skipped (no informative group) still counts, so a shortfall means iterations that never ran (e.g. an
+    epoch of TRL's sampler without a batch)."""
+    if done >= asked or stopped:
+        return
+    raise TrainingIncomplete(
+        f"training ended after iteration {done} of algo.iterations={asked} ({done - done_before} this "
+        "run) without a stop signal, time limit or target success; the model is not saved or evaluated"
+    )
 
 
 def _save_final(trainer: MultiStepTrainer, run_dir: Path, tokenizer: Any, critic: Critic | None) -> None:

@@ -3,7 +3,8 @@
 `vllm_rollouts` (`model.backend=vllm`): TRL's vLLM engine, colocated or a server; `copy_rollouts`
 (`algo.rollout_dtype`): a copy of the policy in another dtype (agents/backends/hf.py `HFCopyBackend`).
 Either becomes `trainer.rollout_backend`, which the trainer syncs with the trained weights before every
-rollout and corrects for with importance sampling (`MultiStepTrainer._add_importance_ratio`).
+rollout and corrects for with importance sampling (`MultiStepTrainer._add_importance_ratio`). Either
+takes memory the trainer's token budgets counted as free: the trainer plans them again once it exists.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def vllm_rollouts(trainer: MultiStepTrainer, agent: Any, algo: Any, model_cfg: A
     )
     trainer.rollout_backend = trl_vllm.TRLVLLMBackend(generation, tokenizer)
     trainer.rollout_top_k, trainer.rollout_top_p = sampling.top_k, sampling.top_p
+    trainer.plan_memory()  # a colocated engine holds its share of the GPU now
     return trl_vllm.training_view(agent, trainer.rollout_backend)
 
 
@@ -69,4 +71,5 @@ def copy_rollouts(trainer: MultiStepTrainer, agent: Any, model: Any, algo: Any, 
     )
     log.info("Rollouts: a %s copy of the policy, synced before every rollout", algo.rollout_dtype)
     trainer.rollout_backend = backend
+    trainer.plan_memory()  # the copy's weights are allocated now
     return agent.with_backend(backend)

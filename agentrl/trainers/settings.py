@@ -7,6 +7,11 @@ instructions and a timing at the model's shapes, kernels/precision.py); `resolve
 vocabulary, and `auto_prompt_budget` into a bound on the tokens the shared-prefix kernel runs with
 gradients per pass from free memory and the model's layer sizes; `grpo_config` maps the typed algo config
 onto TRL's `GRPOConfig` (one optimizer step per iteration).
+
+The free memory the budgets share is what is left once every persistent tensor exists: the trainer
+plans before its first backward and optimizer step, so the gradients and AdamW moments still to come
+(`pending_training_state_bytes`: +34.5 GiB for Qwen2.5-3B) are taken off, and it plans again once a
+rollout engine (colocated vLLM, a bf16 copy) holds its memory.
 """
 
 from __future__ import annotations
@@ -49,15 +54,41 @@ AUTO_MEMORY_FRACTION = 0.2  # of the free memory when training starts; the rest:
 # kernel (+6.9 GiB for 32 distinct 258-token rows, +2.8 GiB for 8), against 0.65 MB from 4 x 576 + 2 x 1536
 ACTIVATION_HIDDEN, ACTIVATION_MLP = 4, 2
 AUTO_ACTIVATION_FRACTION = 0.3  # of the free memory, for one pass's activations
+# a padded pass (TRL's forward per row: CUDA, several processes) keeps more than the estimate above: on
+# an H200 the 3B full fine-tune's 30% share ran to ~5.6 MB per budgeted token against 4.35 MB (bf16
+# autocast keeps bf16 copies beside the fp32 activations, SDPA its own buffers)
+PADDED_ACTIVATION_SCALE = 5.6 / 4.35
 
 
 def free_memory_bytes(device: str) -> int:
-    """Memory still free for tensors: the GPU's free memory on CUDA, else the system's available RAM."""
+    """Memory still free for tensors: the GPU's free memory on CUDA (with what torch's allocator holds
+    cached but unused), else the system's available RAM."""
     if device.startswith("cuda"):
-        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+        where = torch.device(device)
+        cached = torch.cuda.memory_reserved(where) - torch.cuda.memory_allocated(where)
+        return int(torch.cuda.mem_get_info(where)[0]) + max(int(cached), 0)
     import psutil
 
     return int(psutil.virtual_memory().available)
+
+
+def pending_training_state_bytes(model: Any, optimizer: Any = None) -> int:
+    """Bytes of training state that will exist but does not yet: a gradient for each trainable parameter
+    without one, and AdamW's two moments for each the optimizer holds no state for (all of them before
+    the optimizer exists), in the parameter's dtype and of this process's shard (ZeRO-3's `ds_tensor`, a
+    DTensor's local tensor). Under ZeRO-1/2 each process holds only its share of the moments: an
+    overestimate there."""
+    state = getattr(optimizer, "state", None) or {}
+    total = 0
+    for param in model.parameters():
+        if not param.requires_grad:
+            continue
+        local = getattr(param, "ds_tensor", None)
+        if local is None:
+            local = param.to_local() if hasattr(param, "to_local") else param
+        size = local.numel() * local.element_size()
+        total += (size if param.grad is None else 0) + (2 * size if param not in state else 0)
+    return total
 
 
 def auto_token_budget(free_bytes: int, vocab_size: int, fraction: float = AUTO_MEMORY_FRACTION) -> int:
@@ -103,7 +134,7 @@ def activation_budget(
 ) -> int:
     """Tokens run with gradients whose activations fill `fraction` of `share` of the free memory (>= 1):
     `auto_prompt_budget`'s bound without its log line (`algo.rollout_graph` under max_batch_tokens=null)."""
-    free = int(free_memory_bytes(device) * share)
+    free = int(max(free_memory_bytes(device) - pending_training_state_bytes(model), 0) * share)
     return max(1, int(free * fraction) // activation_bytes_per_token(model, checkpointing))
 
 
@@ -114,6 +145,7 @@ def auto_prompt_budget(
     share: float = 1.0,
     kernel: bool = True,
     checkpointing: bool = False,
+    pending: int = 0,
 ) -> int:
     """`algo.max_batch_tokens=auto`: tokens run with gradients per pass whose activations fill
     `fraction` of `share` of the free memory (at least one row a pass). Where the shared-prefix kernel
@@ -121,18 +153,22 @@ def auto_prompt_budget(
     row's copy of its prompt at `gather_fraction` of a token: rows that share their prompt (a fixed map)
     count it once, rows that all differ (random maps, long histories) are cut into passes that fit.
     Elsewhere (CUDA, several processes) every row runs its own padded prompt, and the budget bounds
-    rows x padded width: a 3B model keeps ~4 MB a token, so one pass over 128 episodes' steps would not
-    fit on any GPU."""
-    free = int(free_memory_bytes(device) * share)
+    rows x padded width: a 3B model keeps ~5.6 MB a token (`PADDED_ACTIVATION_SCALE`), so one pass over
+    128 episodes' steps would not fit on any GPU. `pending`: bytes of persistent state still to be
+    allocated (gradients, optimizer moments), taken off the free memory first."""
+    free = int(max(free_memory_bytes(device) - pending, 0) * share)
     per_token = activation_bytes_per_token(model, checkpointing)
+    if not kernel:
+        per_token = int(per_token * PADDED_ACTIVATION_SCALE)
     budget = max(1, int(free * fraction) // per_token)
     what = "distinct prompt and completion tokens" if kernel else "padded prompt and completion tokens"
     log.info(
         "algo.max_batch_tokens=auto: at most %d %s per pass with "
-        "gradients (%.1f GiB free%s, ~%.2f MB of activations a token%s: %.0f%% of it)",
+        "gradients (%.1f GiB free%s%s, ~%.2f MB of activations a token%s: %.0f%% of it)",
         budget,
         what,
         free / 2**30,
+        _pending_note(pending),
         _share_note(share),
         per_token / 1e6,
         " with gradient checkpointing" if checkpointing else "",
@@ -142,20 +178,22 @@ def auto_prompt_budget(
 
 
 def resolve_max_batch_tokens(
-    setting: int | str | None, model: Any, device: str, share: float = 1.0
+    setting: int | str | None, model: Any, device: str, share: float = 1.0, pending: int = 0
 ) -> int | None:
     """`algo.max_batch_tokens`: a number or null as given; "auto" from the vocabulary and `share` of the
-    free memory (`algo.memory_share`: runs side by side on one machine each plan for their part)."""
+    free memory (`algo.memory_share`: runs side by side on one machine each plan for their part), less
+    `pending` bytes of persistent state still to be allocated."""
     if setting != "auto":
         return setting  # type: ignore[return-value]
     vocab = int(model.config.get_text_config().vocab_size)
-    free = int(free_memory_bytes(device) * share)
+    free = int(max(free_memory_bytes(device) - pending, 0) * share)
     budget = auto_token_budget(free, vocab)
     log.info(
-        "algo.max_batch_tokens=auto: %d LM-head positions per pass (%.1f GiB free%s, vocabulary %d: "
+        "algo.max_batch_tokens=auto: %d LM-head positions per pass (%.1f GiB free%s%s, vocabulary %d: "
         "%.0f%% of it for fp32 logits and their gradients)",
         budget,
         free / 2**30,
+        _pending_note(pending),
         _share_note(share),
         vocab,
         100 * AUTO_MEMORY_FRACTION,
@@ -165,6 +203,10 @@ def resolve_max_batch_tokens(
 
 def _share_note(share: float) -> str:
     return "" if share == 1 else f" in this run's share, algo.memory_share={share:g}"
+
+
+def _pending_note(pending: int) -> str:
+    return f" once {pending / 2**30:.1f} GiB of gradients and optimizer state exist" if pending else ""
 
 
 def cpu_precision_shapes(model_cfg: Any, algo: Any, device: str, world: int) -> tuple[int, int] | None:

@@ -39,7 +39,10 @@ class TrainerLogps:
     def _add_importance_ratio(self, batch: dict[str, Any], rows: list[StepSample]) -> None:
         """vLLM sampled the rows with the trainer's weights but its own numerics: TRL's importance-sampling
         correction reweights each token's loss by pi_train / pi_vLLM, truncated or masked as its mode and
-        cap say (agents/backends/trl_vllm.py)."""
+        cap say (agents/backends/trl_vllm.py). The iteration's metrics count the tokens left uncorrected
+        because their top-k / top-p set is a near-tie (`sampling/uncorrected_tokens`) and the rows the
+        correction masks (ratio 0: out of its bounds, or a token of zero probability here;
+        `sampling/masked_rows`)."""
         from agentrl.agents.backends.trl_vllm import importance_ratio, sampling_logps_tensor
 
         truncated = self.rollout_top_k > 0 or self.rollout_top_p < 1.0
@@ -48,14 +51,23 @@ class TrainerLogps:
         width = batch["completion_ids"].size(1)
         sampling = sampling_logps_tensor(rows, width, batch["completion_ids"].device)
         batch["sampling_per_token_logps"] = sampling
-        batch["importance_sampling_ratio"] = importance_ratio(
+        mask = batch["completion_mask"]
+        ratio = importance_ratio(
             train,
             sampling,
-            batch["completion_mask"],
+            mask,
             self.vllm_importance_sampling_mode,
             self.vllm_importance_sampling_clip_max,
             clip_min=self.vllm_importance_sampling_clip_min,
         )
+        batch["importance_sampling_ratio"] = ratio
+        valid = mask.bool()
+        counts = self._iteration_metrics
+        uncorrected = int((torch.isnan(train) & valid).sum())
+        # one ratio a row (the sequence modes) or a token
+        zero = (ratio[:, 0] == 0) & valid.any(-1) if ratio.size(-1) == 1 else ((ratio == 0) & valid).any(-1)
+        counts["sampling/uncorrected_tokens"] = counts.get("sampling/uncorrected_tokens", 0) + uncorrected
+        counts["sampling/masked_rows"] = counts.get("sampling/masked_rows", 0) + int(zero.sum())
         if self.ppo_epochs > 1 and not truncated:
             batch["old_per_token_logps"] = train  # the same forward the epochs would take
 
@@ -66,7 +78,14 @@ class TrainerLogps:
         ids, mask, width = self._sequences(batch)
         with torch.no_grad(), self.compute_loss_context_manager():
             return processed_logps(
-                self.model, ids, mask, width, self.temperature, self.rollout_top_k, self.rollout_top_p
+                self.model,
+                ids,
+                mask,
+                width,
+                self.temperature,
+                self.rollout_top_k,
+                self.rollout_top_p,
+                rows_per_pass=self._rows_per_pass(batch),
             )
 
     @staticmethod
