@@ -22,8 +22,11 @@ WORKER = ROOT / "tests" / "workers" / "ddp_update.py"
 
 
 def _env() -> dict[str, str]:
-    """The processes' environment: gloo processes on the CPU (hidden GPUs), one thread each."""
+    """The processes' environment: gloo processes on the CPU (hidden GPUs), one thread each, with the
+    repository on the path (the FSDP2 worker imports tests.workers.fsdp_cpu)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    env["PYTHONPATH"] = path
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", dist.LOCKED_RUN_DIR):
         env.pop(key, None)
     return env
