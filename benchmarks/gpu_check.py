@@ -214,6 +214,19 @@ def build_model(out: Path, size: str, device: str) -> dict[str, Any]:
 
 
 # ---- one training run -----------------------------------------------------------------------------------
+def metrics_failures(name: str, rows: list[dict[str, Any]], iterations: int) -> list[str]:
+    """What a training run's metrics.jsonl rows show wrong: a row missing for an iteration, or an
+    iteration whose gradient norm is not finite and positive (no update reached the weights)."""
+    failures = []
+    if len(rows) != iterations:
+        failures.append(f"{name}: {len(rows)} metrics rows for {iterations} iterations")
+    for r in rows:
+        grad = r.get("grad_norm")
+        if grad is None or not math.isfinite(grad) or grad <= 0:
+            failures.append(f"{name}: iteration {r.get('iteration')}: grad_norm {grad} (need finite and > 0)")
+    return failures
+
+
 def run_one(
     mode: str,
     model_dir: Path,
@@ -371,12 +384,7 @@ def run_one(
         failures.append(
             f"{name}: trainable weights are {dtypes}, expected float32 master weights ({precision})"
         )
-    if len(rows) != args.iterations:
-        failures.append(f"{name}: {len(rows)} metrics rows for {args.iterations} iterations")
-    for r in rows:
-        grad = r.get("grad_norm")
-        if grad is None or not math.isfinite(grad) or grad <= 0:
-            failures.append(f"{name}: iteration {r.get('iteration')}: grad_norm {grad} (need finite and > 0)")
+    failures += metrics_failures(name, rows, args.iterations)
 
     params = sum(p.numel() for p in model.parameters())
     n_trainable = sum(p.numel() for p in trainable)
@@ -829,12 +837,7 @@ def multi_process_check(
         failures.append(f"{name}: agentrl train exited {done.returncode}: {tail}")
     metrics = run_dir / "metrics.jsonl"
     rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
-    if len(rows) != args.iterations:
-        failures.append(f"{name}: {len(rows)} metrics rows for {args.iterations} iterations")
-    for r in rows:
-        grad = r.get("grad_norm")
-        if grad is None or not math.isfinite(grad) or grad <= 0:
-            failures.append(f"{name}: iteration {r.get('iteration')}: grad_norm {grad} (need finite and > 0)")
+    failures += metrics_failures(name, rows, args.iterations)
     status_file = run_dir / "status.json"
     status = json.loads(status_file.read_text()).get("status") if status_file.is_file() else None
     if status != "complete":
