@@ -7,6 +7,10 @@ The embedded SmolLM2-135M on a CPU. One command per learning row whose start alr
   held-out maps, untagged 0.00, RL's paired gain over its start >= +0.1; random and the base model near 0;
 - `--preset snake_summary`: Snake in words, BC on the planner (`snake_summary_bc`) then MS-GRPO. Target:
   RL's paired gain over its start above 2 standard errors (run it for `--seed 0`, `1` and `2`).
+- `--preset rlft_bandit`: the 5-button bandit with rationales, BC on UCB1 (`rlft_bandit_bc`) then RLFT.
+  Target: final action coverage up and cumulative regret down, each by more than 2 standard errors of
+  the paired difference, with at most 5% invalid answers (20 held-out episodes: a greedy eval with
+  64-token rationales takes ~10 min at one thread).
 
 Steps, each through the runner (`python -m agentrl.cli`), into `--out`:
 
@@ -57,7 +61,11 @@ INTERFACE += ("sampling.max_new_tokens",)
 PRESETS: dict[str, tuple[str, int, str, float | None, float | None]] = {
     "frozenlake_maps": ("frozenlake_maps_bc", 100, "success_rate", 0.8, 0.1),
     "snake_summary": ("snake_summary_bc", 50, "mean_return", None, None),
+    "rlft_bandit": ("rlft_bandit_bc", 20, "coverage", None, None),
 }
+#: most invalid answers a bandit row may have for its coverage to count: an invalid answer presses a random
+#: button, which raises coverage whatever the model does
+MAX_INVALID = 0.05
 
 
 def preset_block(preset: str, group: str) -> list[str]:
@@ -97,6 +105,8 @@ def verdict(out: Path, preset: str = "frozenlake_maps") -> list[str]:
     """Markdown lines: the target's verdict for each RL step that finished."""
     from agentrl.report.learning import paired_gain
 
+    from agentrl.report.learning import METRICS
+
     _, _, metric, least, least_gain = PRESETS[preset]
     lines = []
     base, rand = eval_json(out / "base"), eval_json(out / "random")
@@ -105,7 +115,7 @@ def verdict(out: Path, preset: str = "frozenlake_maps") -> list[str]:
         if not trained:
             continue
         before = trained.get("before", {})
-        after, untagged = trained.get(metric), trained.get("untagged_rate")
+        after, untagged = METRICS[metric](trained)[0], trained.get("untagged_rate")
         gain, err, n = paired_gain(before, trained, metric)
         bar = 2 * err if least_gain is None else least_gain
         checks = {f"untagged {untagged:.2f} == 0": untagged == 0}
@@ -115,15 +125,29 @@ def verdict(out: Path, preset: str = "frozenlake_maps") -> list[str]:
         checks[f"gain over the start {gain:+.3f} ± {err:.3f} (n={n}) > {wanted}"] = not math.isnan(gain) and (
             gain > bar
         )
+        if metric == "coverage":  # a bandit: regret must fall too, and the presses be the model's own
+            fall, fall_err, pairs = paired_gain(before, trained, "regret")
+            checks[f"regret change {fall:+.3f} ± {fall_err:.3f} (n={pairs}) < -2 SE"] = fall < -2 * fall_err
+            invalid = trained.get("invalid_rate", math.nan)
+            checks[f"invalid {invalid:.3f} <= {MAX_INVALID}"] = invalid <= MAX_INVALID
         met = all(checks.values())
         lines += [
             f"- `{name}`: **{'met' if met else 'not met'}**: "
             + "; ".join(f"{text} ({'yes' if ok else 'no'})" for text, ok in checks.items())
-            + f"; start {before.get(metric)}, random {rand.get(metric)}, base model {base.get(metric)} "
+            + f"; start {_value(before, metric)}, random {_value(rand, metric)}, base model "
+            f"{_value(base, metric)} "
             f"(invalid {base.get('invalid_rate')}); {trained.get('iterations')} iterations in "
             f"{trained.get('train_time_s', 0) / 60:.1f} min",
         ]
     return lines
+
+
+def _value(data: dict[str, Any], metric: str) -> str:
+    """`metric` of an eval.json dict (or its `before` block), rounded; "-" where it is not recorded."""
+    from agentrl.report.learning import METRICS
+
+    value = METRICS[metric](data)[0] if data else math.nan
+    return "-" if math.isnan(value) else f"{value:.3f}"
 
 
 def commands(args: argparse.Namespace, out: Path, overrides: list[str]) -> dict[str, list[str]]:
@@ -199,6 +223,8 @@ def target_text(preset: str) -> str:
     parts.append(
         "RL's paired gain over the start " + ("> 2 SE" if least_gain is None else f">= +{least_gain}")
     )
+    if metric == "coverage":
+        parts.append(f"regret's paired change < -2 SE, invalid <= {MAX_INVALID}")
     return ", ".join(parts) + "."
 
 

@@ -54,7 +54,8 @@ def test_every_step_plays_the_same_held_out_instances(preset, tmp_path):
         for name, argv in steps.items()
         if "init_from" not in " ".join(argv)  # the RL steps need the BC run on disk to compose
     }
-    trained = compose_config(["task=train", f"experiment={preset}", "seed=2"])
+    episodes = f"eval.episodes={bench.PRESETS[preset][1]}"
+    trained = compose_config(["task=train", f"experiment={preset}", "seed=2", episodes])
     for name, cfg in composed.items():
         assert cfg.env == trained.env and cfg.eval == trained.eval and cfg.seed == 2, name
     base, bc = composed["base"], composed["bc"]
@@ -103,6 +104,35 @@ def test_the_verdict_needs_success_untagged_and_the_paired_gain(tmp_path):
     (tmp_path / "rl" / "eval.json").write_text(json.dumps(snake))
     (line,) = bench.verdict(tmp_path, "snake_summary")
     assert "**not met**" in line and "gain over the start +0.200 ± 0.200 (n=5) > 2 SE (no)" in line
+
+
+def test_the_bandit_verdict_needs_coverage_up_regret_down_and_few_invalid_answers(tmp_path):
+    seeds = list(range(6))
+
+    def played(coverage: list[float], regret: list[float]) -> dict:
+        mean = sum(coverage) / len(coverage)
+        return {
+            "diagnostics": {"final_coverage": {"mean": mean, "stderr": 0.01}},
+            "per_episode": {"seed": seeds, "coverage": coverage, "regret": regret},
+        }
+
+    start = played([0.2] * 6, [6.0] * 6)
+
+    def trained(coverage: list[float], regret: list[float], invalid: float) -> dict:
+        return {**played(coverage, regret), "untagged_rate": 0.0, "invalid_rate": invalid, "before": start}
+
+    _evaluated(tmp_path / "random", played([1.0] * 6, [5.8] * 6))
+    _evaluated(tmp_path / "rl", trained([0.4, 0.6] * 3, [5.0, 4.0] * 3, invalid=0.02))
+    (line,) = bench.verdict(tmp_path, "rlft_bandit")
+    assert "**met**" in line and "start 0.200, random 1.000, base model -" in line
+    assert "regret change -1.500 ± 0.224 (n=6) < -2 SE (yes)" in line
+    # more invalid answers than 5%: their random presses would explain the coverage
+    (tmp_path / "rl" / "eval.json").write_text(json.dumps(trained([0.4, 0.6] * 3, [5.0, 4.0] * 3, 0.2)))
+    assert "**not met**" in bench.verdict(tmp_path, "rlft_bandit")[0]
+    # coverage up but regret not down
+    (tmp_path / "rl" / "eval.json").write_text(json.dumps(trained([0.4, 0.6] * 3, [6.0, 6.5] * 3, 0.0)))
+    (line,) = bench.verdict(tmp_path, "rlft_bandit")
+    assert "**not met**" in line and "< -2 SE (no)" in line
 
 
 def test_a_kept_run_is_read_back_by_the_learning_table(tmp_path):
