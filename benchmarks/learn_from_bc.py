@@ -103,9 +103,7 @@ def eval_json(run: Path) -> dict[str, Any]:
 
 def verdict(out: Path, preset: str = "frozenlake_maps") -> list[str]:
     """Markdown lines: the target's verdict for each RL step that finished."""
-    from agentrl.report.learning import paired_gain
-
-    from agentrl.report.learning import METRICS
+    from agentrl.report.learning import METRICS, paired_gain
 
     _, _, metric, least, least_gain = PRESETS[preset]
     lines = []
