@@ -10,7 +10,7 @@ The embedded SmolLM2-135M on a CPU. One command per learning row whose start alr
 - `--preset rlft_bandit`: the 5-button bandit with rationales, BC on UCB1 (`rlft_bandit_bc`) then RLFT.
   Target: final action coverage up and cumulative regret down, each by more than 2 standard errors of
   the paired difference, with at most 5% invalid answers (20 held-out episodes: a greedy eval with
-  64-token rationales takes ~10 min at one thread).
+  64-token rationales takes ~5-8 min at one thread here).
 
 Steps, each through the runner (`python -m agentrl.cli`), into `--out`:
 
@@ -134,10 +134,15 @@ def verdict(out: Path, preset: str = "frozenlake_maps") -> list[str]:
             + "; ".join(f"{text} ({'yes' if ok else 'no'})" for text, ok in checks.items())
             + f"; start {_value(before, metric)}, random {_value(rand, metric)}, base model "
             f"{_value(base, metric)} "
-            f"(invalid {base.get('invalid_rate')}); {trained.get('iterations')} iterations in "
+            f"(invalid {_share(base.get('invalid_rate'))}); {trained.get('iterations')} iterations in "
             f"{trained.get('train_time_s', 0) / 60:.1f} min",
         ]
     return lines
+
+
+def _share(value: Any) -> str:
+    """A rate from an eval.json, rounded to 2 places; "-" where it is not recorded."""
+    return "-" if value is None else f"{float(value):.2f}"
 
 
 def _value(data: dict[str, Any], metric: str) -> str:
