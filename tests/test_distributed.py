@@ -90,6 +90,7 @@ def one_process(tmp_path_factory):
     return _update(tmp_path_factory.mktemp("one") / "one.json", 1, BUDGET, str(ITERATIONS))
 
 
+@pytest.mark.multiprocess
 def test_two_processes_give_the_loss_and_gradient_of_one_process_with_all_rows(tmp_path, one_process):
     """5 + 3 rows on two processes == 8 rows on one: the loss is a mean over every process's tokens
     (num_items_in_batch summed over processes) and DDP averages the gradients; micro-batches of
@@ -98,6 +99,7 @@ def test_two_processes_give_the_loss_and_gradient_of_one_process_with_all_rows(t
     _same_update(_update(tmp_path / "two.json", 2, BUDGET, str(ITERATIONS)), one_process, ITERATIONS)
 
 
+@pytest.mark.multiprocess
 def test_three_processes_train_every_iteration_like_one_process(tmp_path, one_process):
     """TRL's sampler takes world_size x steps_per_generation placeholder rows per chunk and drops a chunk
     it cannot fill: with too few rows the epoch of three or more processes was empty and the run ended

@@ -81,6 +81,7 @@ def test_the_eval_before_training_runs_on_the_prepared_model(tmp_path, monkeypat
     assert (tmp_path / "eval_before.json").is_file()
 
 
+@pytest.mark.multiprocess  # two processes
 def test_the_process_group_gets_the_trainers_timeout(tmp_path):
     """A7: the process group exists before the Trainer's arguments (the model loads onto each process's
     device), so it is created with the timeout the Trainer would have used (`ddp_timeout`), not the

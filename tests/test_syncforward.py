@@ -287,6 +287,7 @@ def _synced(fsdp_run: dict, rank: int) -> dict:
     return fsdp_run[("synced", rank)]
 
 
+@pytest.mark.multiprocess
 def test_uneven_forwards_finish_with_unsharded_outputs(fsdp_run):
     r0, r1 = (_synced(fsdp_run, r)["forwards"] for r in range(WORLD))
     assert r0["counts"] == ForwardCounts(real=3, dummy=4)
@@ -296,6 +297,7 @@ def test_uneven_forwards_finish_with_unsharded_outputs(fsdp_run):
     assert r0["grad_diff"] < 1e-5 and r1["grad_diff"] < 1e-5
 
 
+@pytest.mark.multiprocess
 def test_generate_calls_and_lengths_differ(fsdp_run):
     r0, r1 = (_synced(fsdp_run, r)["generate"] for r in range(WORLD))
     assert r0["new"] == [2] and r1["new"] == [3, 6]
@@ -305,6 +307,7 @@ def test_generate_calls_and_lengths_differ(fsdp_run):
     assert r1["counts"] == ForwardCounts(real=9, dummy=0)
 
 
+@pytest.mark.multiprocess
 def test_a_process_without_forwards_serves_the_others(fsdp_run):
     r0, r1 = (_synced(fsdp_run, r)["idle"] for r in range(WORLD))
     assert r0["counts"] == ForwardCounts(real=0, dummy=2)
@@ -315,6 +318,7 @@ def test_a_process_without_forwards_serves_the_others(fsdp_run):
         assert r["unsharded"] == ForwardCounts() and not r["hooked"]
 
 
+@pytest.mark.multiprocess
 def test_two_modules_and_reentry(fsdp_run):
     r0, r1 = (_synced(fsdp_run, r)["two_modules"] for r in range(WORLD))
     # rounds: gather (r1 dummy), gather (r1 dummy), model, model (r0 dummy), model (r0 dummy),
@@ -324,6 +328,7 @@ def test_two_modules_and_reentry(fsdp_run):
     assert r1["counts"] == ForwardCounts(real=4, dummy=2)
 
 
+@pytest.mark.multiprocess
 def test_without_sync_the_longer_process_hangs(fsdp_run):
     for rank in range(WORLD):
         _synced(fsdp_run, rank)  # the hazard runs after the synced stages
