@@ -3,6 +3,7 @@ tiny random model."""
 
 from __future__ import annotations
 
+import os
 import string
 from typing import Any
 
@@ -287,6 +288,35 @@ def test_messages_with_history_cot_and_system_prompt():
     # a window of 1 shows only the last step; observations on request
     short = TextInterface(history=1, history_observations=True).messages(_ctx(history, seed=1))[1]["content"]
     assert "Observation 2:\nP__E\nright -> 0" in short and "wait" not in short.split("Observation:")[0]
+
+
+def test_observation_last_ends_the_message_with_it_and_lengthens_the_shared_head():
+    """`observation_last`: the same parts, the observation after the valid actions and the answer format,
+    so two cells' prompts differ only from the observation on."""
+    from agentrl.envs.frozenlake import FrozenLakeEnv
+
+    def prompts(interface: TextInterface) -> list[str]:
+        env = FrozenLakeEnv(map="4x4", slippery=False)
+        first, info = env.reset(seed=0)
+        second = env.step(1)[0]  # down: another cell
+        return [
+            interface.render(interface.messages(StepContext(env, obs, info, [], np.random.default_rng(0), 0)))
+            for obs in (first, second)
+        ]
+
+    default, last = (
+        prompts(TextInterface(prefill="I move")),
+        prompts(TextInterface(prefill="I move", observation_last=True)),
+    )
+    user = last[0].split("<|user|>\n", 1)[1]
+    assert user.startswith(
+        "Valid actions: left, down, right, up\nAnswer with one action as <action>NAME</action>."
+    )
+    assert "\n\nObservation:\n" in user and user.endswith("<|assistant|>\nI move")
+    assert sorted(last[0].splitlines()) == sorted(default[0].splitlines())  # the same lines, reordered
+    shared = [len(os.path.commonprefix(pair)) for pair in (default, last)]
+    assert shared[1] > shared[0] + len("Valid actions: left, down, right, up")
+    assert len(last[0]) - shared[1] < len(default[0]) - shared[0]  # less to compute per distinct prompt
 
 
 def test_render_applies_chat_template_and_prefill(tiny):

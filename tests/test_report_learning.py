@@ -371,3 +371,15 @@ def test_best_rows_keep_one_run_per_env_algorithm_and_answer_format(runs, tmp_pa
 def test_best_is_refused_outside_the_learning_table(runs):
     result = CliRunner().invoke(app, ["report", str(runs), "--best"])
     assert result.exit_code == 2 and "--best applies to --table learning only" in result.output
+
+
+def test_runs_from_before_observation_last_ask_as_observation_last_false():
+    """A base-model eval kept from before `agent.observation_last` existed pairs with a run that sets it
+    false, and not with one that sets it true: the prompt differs."""
+    from agentrl.report.learning import _interface
+
+    agent = {"history": 0, "prefill": "I move", "sampling": {"max_new_tokens": 1}}
+    old = _interface({"agent": agent, "model": {"name_or_path": "m"}})
+    off = _interface({"agent": {**agent, "observation_last": False}, "model": {"name_or_path": "m"}})
+    on = _interface({"agent": {**agent, "observation_last": True}, "model": {"name_or_path": "m"}})
+    assert old == off != on

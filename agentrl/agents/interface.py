@@ -73,6 +73,7 @@ class TextInterface:
     invalid_rule: str = "penalty_default"
     invalid_penalty: float = -1.0
     stop_at_answer: bool = True
+    observation_last: bool = False
 
     def __post_init__(self) -> None:
         if self.invalid_rule not in INVALID_RULES:
@@ -167,13 +168,14 @@ class TextInterface:
         past = self.history_lines(ctx)
         if past:
             parts.append("Previous steps (action -> reward):\n" + "\n".join(past))
-        parts.append(f"Observation:\n{ctx.observation.rstrip()}")
+        observation = f"Observation:\n{ctx.observation.rstrip()}"
         if getattr(ctx.env, "free_text_action", False):
-            parts.append(
-                self.free_text_format + self.no_answer_note(getattr(ctx.env, "empty_answer_reward", None))
-            )
+            ask = self.free_text_format + self.no_answer_note(getattr(ctx.env, "empty_answer_reward", None))
         else:
-            parts.append(f"Valid actions: {', '.join(valid)}\n{self.answer_format}")
+            ask = f"Valid actions: {', '.join(valid)}\n{self.answer_format}"
+        # with the observation last, the prompts of one rollout step share the longest head: the prefix
+        # cache and the rollout graph compute it once, and only the observation per distinct prompt
+        parts.extend([ask, observation] if self.observation_last else [observation, ask])
         system = self.system_prompt.strip() if self.system_prompt else instructions
         return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 

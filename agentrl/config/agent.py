@@ -72,6 +72,11 @@ class LLMAgentConfig(Schema):
         "and counts against rationale_rate)",
     )
     stop_at_answer: bool = setting(True, "stop generating after the closing answer tag")
+    observation_last: bool = setting(
+        False,
+        "the observation ends the user message, after the valid actions and the answer format: prompts that "
+        "differ only in the observation then share everything before it (computed once per rollout step)",
+    )
     system_prompt: str | None = setting(
         None,
         "null: the env instructions are the system message; else this is, and they open the user message",

@@ -130,6 +130,7 @@ PER_EPISODE: dict[str, str | None] = {
 INTERFACE_KEYS = (
     "history",
     "history_observations",
+    "observation_last",
     "cot",
     "answer_tag",
     "lenient",
@@ -387,6 +388,7 @@ def _interface(cfg: dict[str, Any]) -> str:
     sampling = agent.get("sampling") if isinstance(agent.get("sampling"), dict) else {}
     model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
     keys = {k: agent.get(k) for k in INTERFACE_KEYS}
+    keys["observation_last"] = bool(keys["observation_last"])  # runs from before the option: false
     keys["max_new_tokens"] = sampling.get("max_new_tokens")
     return json.dumps({"model": model.get("name_or_path"), **keys}, sort_keys=True, default=str)
 
