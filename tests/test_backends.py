@@ -630,7 +630,8 @@ def test_a_rollout_keeps_the_weight_casts_across_generation_calls():
     """Inside `weight_casts_kept` (the Collector's rollout) every generation call reuses the casts of the
     first: each trained weight is cast once for all the calls, with the same tokens. On leaving, the casts
     are dropped: the next training forward casts again and its backward reaches every weight."""
-    model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
+    # fp32 weights for autocast to cast (model.dtype=auto is bf16 on a GPU)
+    model, tokenizer = load_model(compose_config(["model=tiny-random", "model.dtype=float32"]).model)
     model = autocast_like_accelerate(model)
     model.train()
 

@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from helpers import pythonpath_with_root
 from typer.testing import CliRunner
 
 from agentrl.cli import app
@@ -41,7 +42,7 @@ def one_error_line(result) -> str:
 def agentrl(*args: str, columns: str | None = None) -> subprocess.CompletedProcess:
     """The CLI in a process of its own, stdout to a pipe (the console's width is fixed at its start)."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "AGENTRL_NO_PROGRESS")}
-    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", AGENTRL_NO_PROGRESS="1")
+    env.update(PYTHONPATH=pythonpath_with_root(), OMP_NUM_THREADS="1", AGENTRL_NO_PROGRESS="1")
     if columns:
         env["COLUMNS"] = columns
     return subprocess.run(
@@ -301,7 +302,7 @@ def test_a_training_dry_run_imports_neither_torch_nor_transformers():
         "try:\n    app()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": pythonpath_with_root(), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, "-c", code, "train", "model=tiny-random", "--dry-run"],
         env=env,

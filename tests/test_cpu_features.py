@@ -121,6 +121,7 @@ def _iteration(tmp_path, monkeypatch, *overrides: str) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.cpu_only("the fast paths are the CPU's; train_llm puts the model where model.device=auto does")
 @pytest.mark.parametrize("answer_tokens", [1, 3])
 def test_every_fast_path_off_gives_the_same_iteration(tmp_path, monkeypatch, caplog, answer_tokens):
     """With every fast path switched off (AGENTRL_CPU_FEATURES=none: no packs, transformers' own SDPA,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers import gloo_env
 
 from agentrl import distributed as dist
 from agentrl.config import compose_config, typed
@@ -19,17 +19,6 @@ from tests.helpers import logged_iterations
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "workers" / "ddp_update.py"
-
-
-def _env() -> dict[str, str]:
-    """The processes' environment: gloo processes on the CPU (hidden GPUs), one thread each, with the
-    repository on the path (the FSDP2 worker imports tests.workers.fsdp_cpu)."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    env["PYTHONPATH"] = path
-    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", dist.LOCKED_RUN_DIR):
-        env.pop(key, None)
-    return env
 
 
 def test_processes_play_disjoint_groups_that_one_process_would_play():
@@ -64,7 +53,7 @@ def _update(out: Path, processes: int, *args: str, env: dict[str, str] | None = 
     if processes > 1:
         launch = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         cmd = [*launch, f"--nproc_per_node={processes}", *cmd[1:]]
-    subprocess.run(cmd, env={**_env(), **(env or {})}, check=True, timeout=600, cwd=ROOT)
+    subprocess.run(cmd, env={**gloo_env(), **(env or {})}, check=True, timeout=600, cwd=ROOT)
     result = json.loads(out.read_text())
     assert result["world"] == processes
     return result
@@ -158,7 +147,12 @@ def test_agentrl_train_distributed_ddp_runs_three_processes_and_resumes(tmp_path
     cli = [sys.executable, "-m", "agentrl", "train"]
     first = [*cli, *common, "distributed=ddp", "distributed.num_processes=3", "algo.iterations=2"]
     done = subprocess.run(
-        [*first, f"hydra.run.dir={run}"], env=_env(), cwd=ROOT, timeout=600, capture_output=True, text=True
+        [*first, f"hydra.run.dir={run}"],
+        env=gloo_env(),
+        cwd=ROOT,
+        timeout=600,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert logged_iterations(run) == [1, 2]  # one row per iteration, from process 0 only
@@ -174,7 +168,7 @@ def test_agentrl_train_distributed_ddp_runs_three_processes_and_resumes(tmp_path
     # the saved overrides say distributed=ddp: resuming relaunches three processes again
     done = subprocess.run(
         [*cli, f"resume={run}", "algo.iterations=3"],
-        env=_env(),
+        env=gloo_env(),
         cwd=ROOT,
         timeout=600,
         capture_output=True,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import NEEDS_GGUF, embedded_gguf_missing, gloo_env
 
 from agentrl import distributed as dist
 from agentrl.config import compose_config
@@ -36,14 +36,6 @@ TINY = [
     "algo.torch_threads=1",
     "eval.episodes=2",
 ]
-
-
-def _env() -> dict[str, str]:
-    """The processes' environment: gloo processes on the CPU (hidden GPUs), one thread each."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTRL_NO_PROGRESS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", dist.LOCKED_RUN_DIR):
-        env.pop(key, None)
-    return env
 
 
 def _cfg(*overrides: str) -> Any:
@@ -90,7 +82,7 @@ def test_the_process_group_gets_the_trainers_timeout(tmp_path):
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     subprocess.run(
         [*launch, str(WORKERS / "pg_timeout.py"), str(out), "1234"],
-        env=_env(),
+        env=gloo_env(),
         check=True,
         timeout=120,
         cwd=ROOT,
@@ -339,7 +331,7 @@ FSDP2_RUN = [
 def _fsdp2_train(run: Path, *overrides: str, dump: Path | None = None, processes: int = 2) -> None:
     """A new run in `run` with `overrides`, or with `dump` a resume of it (its saved overrides hold
     the rest) that writes the optimizer state it loaded to `dump`."""
-    env = {**_env(), **FSDP2_ENV, **({"DUMP_LOADED_OPTIMIZER": str(dump)} if dump else {})}
+    env = {**gloo_env(), **FSDP2_ENV, **({"DUMP_LOADED_OPTIMIZER": str(dump)} if dump else {})}
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
     where = [f"resume={run}"] if dump else [*FSDP2_RUN, f"hydra.run.dir={run}"]
     cmd = [*launch, str(WORKERS / "fsdp_cpu.py"), "train", *where, *overrides]
@@ -402,7 +394,7 @@ ZERO3_ENV = {
 
 def _zero3_train(run: Path, *overrides: str, dump: Path | None = None) -> None:
     """`_fsdp2_train` under DeepSpeed ZeRO-3 (tests/workers/zero3_cpu.py)."""
-    env = {**_env(), **ZERO3_ENV, **({"DUMP_LOADED_OPTIMIZER": str(dump)} if dump else {})}
+    env = {**gloo_env(), **ZERO3_ENV, **({"DUMP_LOADED_OPTIMIZER": str(dump)} if dump else {})}
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     common = [o.replace("fsdp2", "zero3") for o in FSDP2_RUN]
     where = [f"resume={run}"] if dump else [*common, f"hydra.run.dir={run}"]
@@ -446,7 +438,7 @@ def test_an_empty_iteration_moves_no_weight_under_deepspeed(tmp_path):
     the weights' checksum 777.28 -> 1042.26; a learning rate of 0 kept them but stepped Adam)."""
     pytest.importorskip("deepspeed")
     out = tmp_path / "sums.json"
-    env = {**_env(), **ZERO3_ENV, "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"}
+    env = {**gloo_env(), **ZERO3_ENV, "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"}
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     done = subprocess.run(
         [*launch, str(WORKERS / "deepspeed_empty.py"), str(out)],
@@ -556,6 +548,7 @@ def test_hub_kernels_stay_off_unless_asked(tmp_path):
     assert grpo_config(typed(cfg.algo), tmp_path, "cpu", 0).model_init_kwargs is None  # no reference model
 
 
+@pytest.mark.skipif(embedded_gguf_missing(), reason=NEEDS_GGUF)
 def test_the_embedded_models_conversion_loads_without_hub_kernels(tmp_path, monkeypatch):
     """transformers 5.25 defaults to `use_kernels=True` and raises "Kernels are not available" where the
     `kernels` package is missing (a GPU image with only the packages agentrl needs): the GGUF conversion

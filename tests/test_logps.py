@@ -139,7 +139,7 @@ def test_multi_token_forwards_on_the_cpu_pack_the_query_heads(monkeypatch):
     from agentrl.models import load_model
 
     fast_paths(monkeypatch)  # packed attention on (tests/test_attention.py switches it off)
-    model, tokenizer = load_model(tiny_model_cfg(), for_training=True)
+    model, tokenizer = load_model(tiny_model_cfg(), device="cpu", for_training=True)  # the kernel's device
     heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
     assert heads > kv_heads and model.config._attn_implementation == IMPLEMENTATION
     sdpa: list[tuple[int, int, bool, bool]] = []  # (query heads, query tokens, enable_gqa, masked)
@@ -241,7 +241,7 @@ def test_under_accelerates_mixed_precision_the_completion_logits_stay_bf16(monke
     import agentrl.trainers.logps as logps_module
     from agentrl.models import load_model
 
-    model, _ = load_model(tiny_model_cfg(), for_training=True)
+    model, _ = load_model(tiny_model_cfg(), device="cpu", for_training=True)  # the kernel's device
     model._original_forward = model.forward  # what accelerate's prepare_model does under bf16
     model.forward = types.MethodType(
         torch.autocast("cpu", dtype=torch.bfloat16)(model.forward.__func__), model

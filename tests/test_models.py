@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import NEEDS_GGUF, embedded_gguf_missing
 
 from agentrl import models
 from agentrl.config.model import LoRAConfig
@@ -63,6 +64,7 @@ def test_tiny_random_model_and_tokenizer():
     assert load_tokenizer(TINY).padding_side == "left"
 
 
+@pytest.mark.skipif(embedded_gguf_missing(), reason=NEEDS_GGUF)
 def test_tiny_random_build_is_cached_atomic_and_deterministic(tmp_path, monkeypatch):
     cfg = {**TINY, "cache_dir": str(tmp_path)}
     target = ensure_tiny_random(str(tmp_path))

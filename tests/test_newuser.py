@@ -31,6 +31,15 @@ def no_run_dir(tmp_path) -> bool:
     return not (tmp_path / "never").exists() and not (tmp_path / "outputs").exists()
 
 
+@pytest.fixture
+def sandbox_here(monkeypatch):
+    """DataSciCoding's constructor refuses on a machine without bubblewrap before the checks these tests
+    are about: they see the machine as one that has it (no model code runs in them)."""
+    import agentrl.sandbox
+
+    monkeypatch.setattr(agentrl.sandbox, "sandbox_problem", lambda: None)
+
+
 # ---- item 1: the run's own checks run before its directory exists (and in --dry-run) ------------------
 @pytest.mark.parametrize("dry", [False, True])
 @pytest.mark.parametrize(
@@ -40,7 +49,7 @@ def no_run_dir(tmp_path) -> bool:
         (["train", "env=datascicoding", "algo=dqn"], "datascicoding has no numeric view"),
     ],
 )
-def test_checks_of_the_real_run_fail_before_a_run_dir(tmp_path, args, expected, dry):
+def test_checks_of_the_real_run_fail_before_a_run_dir(tmp_path, args, expected, dry, sandbox_here):
     result = invoke(*args, f"hydra.run.dir={tmp_path / 'never'}", *(["--dry-run"] if dry else []))
     assert result.exit_code == 2, result.output
     assert expected in one_error_line(result)
@@ -99,7 +108,7 @@ def test_a_dqn_run_on_another_env_is_refused_before_a_run_dir(tmp_path):
     assert dry.exit_code == 2 and "dry run: agentrl eval" in dry.output and "does not fit" in dry.output
 
 
-def test_a_sweep_with_failing_jobs_is_refused_whole_naming_each(tmp_path):
+def test_a_sweep_with_failing_jobs_is_refused_whole_naming_each(tmp_path, sandbox_here):
     sweep = tmp_path / "sweep"
     result = invoke(
         "sweep",
@@ -344,7 +353,7 @@ def test_describe_lists_null_once_and_group_help_matches_the_default():
     assert "32 episodes per batch = 2 x 16" not in out
 
 
-def test_sweep_dry_run_lists_the_jobs_and_every_failing_one(tmp_path):
+def test_sweep_dry_run_lists_the_jobs_and_every_failing_one(tmp_path, sandbox_here):
     sweep = tmp_path / "sweep"
     ok = invoke(
         "sweep", "env=frozenlake,snake", "agent=random,planner", f"hydra.sweep.dir={sweep}", "--dry-run"

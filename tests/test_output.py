@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import pythonpath_with_root
 from rich.console import Console
 
 from agentrl import console as console_module
@@ -189,7 +190,7 @@ def test_set_torch_threads_applies_the_choice(monkeypatch):
 # ---- whole commands, stdout to a pipe ----------------------------------------------------------------
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("AGENTRL_NO_PROGRESS", "COLUMNS")}
-    env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
+    env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=pythonpath_with_root())
     return env
 
 

@@ -155,7 +155,7 @@ def _backend(share: bool, autocast: bool = True) -> tuple[HFBackend, nn.Module]:
     from agentrl.config import compose_config
     from agentrl.models import load_model
 
-    model, tokenizer = load_model(compose_config(["model=tiny-random"]).model)
+    model, tokenizer = load_model(compose_config(["model=tiny-random"]).model, device="cpu")  # packs: CPU
     if autocast:
         model = autocast_like_accelerate(model)
     model.train()

@@ -18,6 +18,9 @@ from agentrl.envs import env_factory
 from agentrl.models import load_model
 from agentrl.trainers.logps import shared_prefix_logps
 
+# train_llm and the backend run where model.device=auto puts the model: with a GPU visible, on it
+pytestmark = pytest.mark.cpu_only("the rollout graph serves one-token answers on a CPU (algo.rollout_graph)")
+
 
 @pytest.fixture(autouse=True)
 def _rollout_graph_on(monkeypatch):

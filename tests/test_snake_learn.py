@@ -51,7 +51,7 @@ def snake_update_growth(budget: int | None, tmp: Path, rows_n: int = ROWS) -> di
     cfg = compose_config(overrides)
     algo = typed(cfg.algo)
     torch.manual_seed(0)
-    model, tokenizer = load_model(cfg.model, for_training=True)
+    model, tokenizer = load_model(cfg.model, device="cpu", for_training=True)  # the process's RSS is measured
     agent = build_llm_agent(cfg, model=model, tokenizer=tokenizer)
     prefill = agent.interface.prefill
     make_env = env_factory(cfg.env)
