@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import torch
 from helpers import logged_iterations
 from typer.testing import CliRunner
 
@@ -88,6 +89,49 @@ def test_training_stops_at_the_target_success_and_checkpoints_there(tmp_path, mo
     assert logged_iterations(run) == [1, 2, 3, 4, 5]
     assert json.loads((run / "eval.json").read_text())["iterations"] == 5
     assert rundir.read_status(run)["status"] == "complete"
+
+
+def test_a_run_killed_after_stopping_at_its_target_resumes_to_its_final_eval(tmp_path, monkeypatch):
+    """Killed in the final eval after algo.stop_at_success stopped training, a resume trains no further
+    iteration: the checkpoint of the stop becomes final/ and the final eval runs (it trained on to the next
+    eval at the target, or to algo.iterations)."""
+    from safetensors.torch import load_file
+
+    import agentrl.evaluation
+
+    real = agentrl.evaluation.evaluate
+    finals = []
+
+    def evaluate(*args, description: str = "", **kwargs):
+        if description == "eval after training":
+            finals.append(description)
+            if len(finals) == 1:
+                raise KeyboardInterrupt  # the kill, once final/ is saved
+        metrics, episodes = real(*args, description=description, **kwargs)
+        if description == "eval @ 3":
+            metrics = {**metrics, "success_rate": 1.0}
+        return metrics, episodes
+
+    monkeypatch.setattr(agentrl.evaluation, "evaluate", evaluate)
+    run = tmp_path / "run"
+    args = [*TINY, "algo.iterations=8", "algo.eval_every=1", "algo.stop_at_success=0.9"]
+    args += ["algo.checkpoint_every=5", f"hydra.run.dir={run}"]
+    killed = CliRunner().invoke(app, ["train", *args], catch_exceptions=False)
+    assert killed.exit_code != 0 and rundir.read_status(run)["status"] == "interrupted"
+    assert logged_iterations(run) == [1, 2, 3] and (run / "checkpoint-3").is_dir()
+
+    resumed = CliRunner().invoke(app, ["train", f"resume={run}"], catch_exceptions=False)
+    assert resumed.exit_code == 0, resumed.output
+    assert "checkpoint-3 is where this run stopped at algo.stop_at_success=0.9" in resumed.output
+    assert logged_iterations(run) == [1, 2, 3] and len(finals) == 2
+    assert json.loads((run / "eval.json").read_text())["iterations"] == 3
+    assert rundir.read_status(run)["status"] == "complete"
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-3"]
+    final, stop = (
+        load_file(run / "final" / "model.safetensors"),
+        load_file(run / "checkpoint-3" / "model.safetensors"),
+    )
+    assert final.keys() == stop.keys() and all(torch.equal(final[k], stop[k]) for k in final)
 
 
 def test_training_that_ends_short_of_its_iterations_fails(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """Single-purpose callbacks of the LLM trainer, in the manner of Stable-Baselines3's callbacks: each does
 one thing at one point of the transformers Trainer loop.
 
-`BeforeTraining` runs the evaluation before training once the Trainer has prepared the model. Order
+`BeforeTraining` runs the evaluation before training once the Trainer has prepared the model; `EndOnLoad`
+ends a resume that has nothing left to train once the checkpoint is loaded. Order
 within an iteration (transformers calls them in the order added): before the optimizer step ->
 `SkipEmptyUpdate`, `PPOEpochs` (value-head clipping, KL gate), `SignalSafePoints` (holds stop signals
 off); after it -> `PPOEpochs` (the further epochs), `RolloutCacheReset`; the end of the step ->
@@ -38,6 +39,20 @@ class BeforeTraining(TrainerCallback):
         if run is not None:
             run()
         return control
+
+
+class TrainingEnded(Exception):
+    """Raised by `EndOnLoad`: the resumed run has no iteration left to train."""
+
+
+class EndOnLoad(TrainerCallback):
+    """Ends `Trainer.train` as soon as it has loaded the checkpoint it resumes from (every engine has
+    loaded the weights by `on_train_begin`), before any iteration: a run that had already stopped at its
+    target when it was killed has only its final model and eval left. The Trainer checks its stop flag
+    only after an iteration, hence the exception (`TrainingEnded`), which the caller catches."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        raise TrainingEnded
 
 
 class RolloutCacheReset(TrainerCallback):

@@ -28,6 +28,7 @@ then raise `TrainingInterrupted` (the run exits with 128 + the signal number).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import signal
@@ -50,11 +51,13 @@ from agentrl.trainers.actor_critic import ActorCritic
 from agentrl.trainers.callbacks import (
     BeforeTraining,
     CheckpointEvery,
+    EndOnLoad,
     MetricsWriter,
     PeriodicEval,
     RolloutCacheReset,
     SignalSafePoints,
     TimeLimit,
+    TrainingEnded,
 )
 from agentrl.trainers.checkpoints import trainer_step
 from agentrl.trainers.critic import Critic, plain_lm_head
@@ -435,6 +438,15 @@ def _train(
 
     limit = TimeLimit(minutes * 60 if minutes else None)
     target = PeriodicEval(algo.eval_every, periodic_eval, pending, algo.stop_at_success)
+    finished = _stopped_at_target(run_dir, checkpoint, algo)
+    if finished is not None:
+        log.info(
+            "checkpoint-%d is where this run stopped at algo.stop_at_success=%g (eval success %.3f): "
+            "no more training; its final model and eval follow",
+            done_before,
+            algo.stop_at_success,
+            finished,
+        )
     start = time.perf_counter()
     with stop:
         try:
@@ -442,6 +454,7 @@ def _train(
                 if done_before:
                     bar.advance(n=done_before)
                 for callback in (
+                    EndOnLoad() if finished is not None else None,
                     BeforeTraining(evals.before_training) if wants_before else None,
                     RolloutCacheReset(policy.backend, trainer.rollout_backend),
                     limit,
@@ -455,14 +468,39 @@ def _train(
                     if callback is not None:
                         trainer.add_callback(callback)
                 trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        except TrainingEnded:
+            pass
         except (TrainingInterrupted, KeyboardInterrupt) as exc:
             signum = exc.signum if isinstance(exc, TrainingInterrupted) else int(signal.SIGINT)
             raise _save_on_stop(trainer, run_dir, signum, done_before) from None
         finally:
             if metrics_log is not None:
                 metrics_log.close()
-    _check_complete(trainer.state.global_step, algo.iterations, done_before, limit.reached or target.reached)
+    stopped = limit.reached or target.reached or finished is not None
+    _check_complete(trainer.state.global_step, algo.iterations, done_before, stopped)
     return time.perf_counter() - start
+
+
+def _stopped_at_target(run_dir: Path, checkpoint: Path | None, algo: Any) -> float | None:
+    """The eval success at which the run stopped for algo.stop_at_success at `checkpoint`'s iteration
+    (its metrics.jsonl row), where this resume asks for no more iterations than the run did (the
+    checkpoint's trainer_state.json): a run killed after that stop, in its final save or eval, then
+    finishes without training on. None otherwise; a raised algo.iterations trains on from there."""
+    if checkpoint is None or algo.stop_at_success is None:
+        return None
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    if int(algo.iterations) > int(state.get("max_steps") or 0):
+        return None
+    step, path = trainer_step(checkpoint), run_dir / "metrics.jsonl"
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a kill
+            continue
+        success = row.get("eval/success_rate")
+        if row.get("iteration") == step and success is not None and success >= algo.stop_at_success:
+            return float(success)
+    return None
 
 
 def _check_complete(done: int, asked: int, done_before: int, stopped: bool) -> None:
