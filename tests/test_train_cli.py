@@ -93,8 +93,7 @@ def test_training_stops_at_the_target_success_and_checkpoints_there(tmp_path, mo
 
 def test_a_run_killed_after_stopping_at_its_target_resumes_to_its_final_eval(tmp_path, monkeypatch):
     """Killed in the final eval after algo.stop_at_success stopped training, a resume trains no further
-    iteration: the checkpoint of the stop becomes final/ and the final eval runs (it trained on to the next
-    eval at the target, or to algo.iterations)."""
+    iteration: the checkpoint of the stop becomes final/ and the final eval runs."""
     from safetensors.torch import load_file
 
     import agentrl.evaluation

@@ -486,9 +486,10 @@ def _stopped_at_target(run_dir: Path, checkpoint: Path | None, algo: Any) -> flo
     (its metrics.jsonl row), where this resume asks for no more iterations than the run did (the
     checkpoint's trainer_state.json): a run killed after that stop, in its final save or eval, then
     finishes without training on. None otherwise; a raised algo.iterations trains on from there."""
-    if checkpoint is None or algo.stop_at_success is None:
+    state_file = checkpoint / "trainer_state.json" if checkpoint is not None else None
+    if state_file is None or algo.stop_at_success is None or not state_file.is_file():
         return None
-    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    state = json.loads(state_file.read_text())
     if int(algo.iterations) > int(state.get("max_steps") or 0):
         return None
     step, path = trainer_step(checkpoint), run_dir / "metrics.jsonl"
