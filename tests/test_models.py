@@ -80,6 +80,17 @@ def test_tiny_random_build_is_cached_atomic_and_deterministic(tmp_path, monkeypa
     assert ensure_tiny_random(str(tmp_path)) == target
 
 
+def test_the_plan_knows_the_built_in_models_sizes_before_they_are_built(tmp_path):
+    """A dry run's memory line does not depend on whether a test or a run built the tiny model before."""
+    from agentrl.runs.plan import BUILTIN_PARAMETERS, model_parameters
+
+    model, _ = load_model(TINY, device="cpu")
+    assert sum(p.numel() for p in model.parameters()) == BUILTIN_PARAMETERS["tiny-random"]
+    assert model_parameters({**TINY, "cache_dir": str(tmp_path)}) == BUILTIN_PARAMETERS["tiny-random"]
+    embedded = {"name_or_path": "builtin:smollm2-135m", "cache_dir": str(tmp_path)}
+    assert model_parameters(embedded) == BUILTIN_PARAMETERS["smollm2-135m"]
+
+
 def test_interrupted_build_leaves_no_cache(tmp_path):
     target = tmp_path / "models" / "thing"
 
@@ -139,6 +150,8 @@ def test_embedded_model_conversion_matches_gguf(tmp_path):
     """Convert SmolLM2 from its GGUF into a fresh cache (~20-40 s) and compare with the GGUF load."""
     from transformers import AutoModelForCausalLM
 
+    from agentrl.runs.plan import BUILTIN_PARAMETERS
+
     try:
         gguf_dir = models.smollm2_gguf_dir()
     except ModelLoadError:
@@ -146,6 +159,7 @@ def test_embedded_model_conversion_matches_gguf(tmp_path):
     cfg = {"name_or_path": "builtin:smollm2-135m", "cache_dir": str(tmp_path)}
     model, tokenizer = load_model(cfg, device="cpu")
     assert (tmp_path / "models" / "smollm2-135m" / "model.safetensors").is_file()
+    assert sum(p.numel() for p in model.parameters()) == BUILTIN_PARAMETERS["smollm2-135m"]
     reference = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=models.SMOLLM2_GGUF)
     ids = torch.tensor([tokenizer("The capital of France is", add_special_tokens=False).input_ids])
     with torch.no_grad():

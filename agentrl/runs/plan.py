@@ -153,21 +153,22 @@ def _shown_precision(precision: str, cuda: bool, processes: int, model_cfg: Any)
     )
 
 
+#: parameters of the models agentrl builds itself (tests/test_models.py checks them against the models)
+BUILTIN_PARAMETERS = {"smollm2-135m": 134_515_008, "tiny-random": 3_219_776}
+
+
 def model_parameters(model_cfg: Any) -> int | None:
-    """A rough parameter count of a decoder-only model from its config.json (local directory, cached hub
-    snapshot, or the embedded SmolLM2); None when no config.json is at hand (nothing is downloaded)."""
+    """A rough parameter count of a decoder-only model: the models agentrl builds from their known counts,
+    others from their config.json (local directory, cached hub snapshot); None when no config.json is at
+    hand (nothing is downloaded)."""
     import json
 
     from agentrl.models import BUILTIN_PREFIX, _cached_snapshot, looks_local
 
     name = str(model_cfg.get("name_or_path") or "")
-    if name == f"{BUILTIN_PREFIX}smollm2-135m":
-        return 134_515_008
-    if name == f"{BUILTIN_PREFIX}tiny-random":
-        from agentrl.models import TINY_RANDOM_VERSION, cache_root
-
-        name = str(cache_root(model_cfg.get("cache_dir")) / "models" / f"tiny-random-v{TINY_RANDOM_VERSION}")
-    if name.startswith(BUILTIN_PREFIX) or str(model_cfg.get("backend")) == "openai":
+    if name.startswith(BUILTIN_PREFIX):  # built here from a fixed shape: known before it is built
+        return BUILTIN_PARAMETERS.get(name.removeprefix(BUILTIN_PREFIX))
+    if str(model_cfg.get("backend")) == "openai":
         return None
     path = Path(name).expanduser()
     folder = str(path) if path.is_dir() else None if looks_local(name) else _cached_snapshot(name)
