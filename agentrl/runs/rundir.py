@@ -176,22 +176,28 @@ def is_complete(run_dir: Path) -> bool:
     return status is None or status.get("status") == "complete"
 
 
-def last_metrics_time(run_dir: Path) -> float:
-    """The largest `time_s` in metrics.jsonl: MetricsLog carries it on across resumes, so it is the
-    training time of every part so far (0 without rows)."""
-    best = 0.0
+def metrics_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of a run's metrics.jsonl ([] without the file), less a line cut by a kill."""
     try:
         lines = (Path(run_dir) / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     except OSError:
-        return best
+        return []
+    rows = []
     for line in lines:
         try:
-            value = json.loads(line).get("time_s")
-        except (ValueError, AttributeError):  # a line cut by a kill
+            row = json.loads(line)
+        except ValueError:
             continue
-        if isinstance(value, (int, float)):
-            best = max(best, float(value))
-    return best
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def last_metrics_time(run_dir: Path) -> float:
+    """The largest `time_s` in metrics.jsonl: MetricsLog carries it on across resumes, so it is the
+    training time of every part so far (0 without rows)."""
+    times = [float(r["time_s"]) for r in metrics_rows(run_dir) if isinstance(r.get("time_s"), (int, float))]
+    return max(times, default=0.0)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from agentrl.console import set_torch_threads
 from agentrl.errors import ConfigError, TrainingIncomplete
 from agentrl.kernels import features
 from agentrl.kernels.features import fast_path
-from agentrl.runs.rundir import shell_override
+from agentrl.runs.rundir import metrics_rows, shell_override
 from agentrl.runs.runlog import MetricsLog, newest_valid_checkpoint, progress
 from agentrl.trainers.actor_critic import ActorCritic
 from agentrl.trainers.callbacks import (
@@ -492,12 +492,8 @@ def _stopped_at_target(run_dir: Path, checkpoint: Path | None, algo: Any) -> flo
     state = json.loads(state_file.read_text())
     if int(algo.iterations) > int(state.get("max_steps") or 0):
         return None
-    step, path = trainer_step(checkpoint), run_dir / "metrics.jsonl"
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a kill
-            continue
+    step = trainer_step(checkpoint)
+    for row in metrics_rows(run_dir):
         success = row.get("eval/success_rate")
         if row.get("iteration") == step and success is not None and success >= algo.stop_at_success:
             return float(success)
