@@ -86,7 +86,7 @@ def test_a_time_limited_run_shows_the_time_left_as_its_eta(monkeypatch):
     limit.on_train_begin(None, None, None)
 
     class Log:
-        def log(self, step, row):
+        def log(self, step, row, time_s=None):
             pass
 
     class State:

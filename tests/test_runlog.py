@@ -40,6 +40,50 @@ def test_metrics_log_appends_and_resumes_without_duplicates(tmp_path):
     assert all(rows[i]["time_s"] <= rows[i + 1]["time_s"] for i in range(4))
 
 
+def test_a_resume_continues_the_training_clock_from_its_checkpoints_iteration(tmp_path, monkeypatch):
+    """Killed at iteration 5 with checkpoint-3, the resumed run's clock (its time limit's and the rows'
+    time_s) goes on from iteration 3's time: iterations redone after the kill count once."""
+    from agentrl.runs import rundir
+    from agentrl.trainers import callbacks
+
+    rows = [{"iteration": i, "time_s": 10.0 * i} for i in range(1, 6)]
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows) + '{"iteration": 6, "ti'
+    )
+    assert rundir.metrics_time_at(tmp_path, 3) == 30.0
+    assert rundir.metrics_time_at(tmp_path, 6) == 50.0  # the row a kill cut: the latest before it
+    assert rundir.metrics_time_at(tmp_path, 0) == 0.0
+
+    now = [1000.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+    limit = callbacks.TimeLimit(60.0, used=rundir.metrics_time_at(tmp_path, 3))
+    assert not limit.spent
+    limit.on_train_begin(None, None, None)
+    log = MetricsLog(tmp_path, resume=True, tensorboard=False)
+
+    class Bar:
+        def advance(self, *args, **kwargs):
+            pass
+
+    class State:
+        global_step = 6
+
+    class Control:
+        should_training_stop = False
+
+    writer = callbacks.MetricsWriter(log, Bar(), {}, time_left=limit.seconds_left, clock=limit.clock)
+    now[0] += 25.0  # iterations 4-6 again, 25 s: the clock reads 55 s, short of the minute
+    writer.on_log(None, State(), None, logs={"loss": 0.0})
+    assert not limit.on_step_end(None, State(), Control()).should_training_stop
+    now[0] += 5.0
+    assert limit.on_step_end(None, State(), Control()).should_training_stop and limit.reached
+    log.close()
+    written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in written] == [1, 2, 3, 4, 5, 6]
+    assert written[-1]["time_s"] == 55.0
+    assert callbacks.TimeLimit(60.0, used=60.0).spent and not callbacks.TimeLimit(None, used=99.0).spent
+
+
 def test_metrics_log_fresh_run_starts_empty(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"iteration": 7}\n')
     log = MetricsLog(tmp_path, tensorboard=False)

@@ -133,6 +133,52 @@ def test_a_run_killed_after_stopping_at_its_target_resumes_to_its_final_eval(tmp
     assert final.keys() == stop.keys() and all(torch.equal(final[k], stop[k]) for k in final)
 
 
+def test_the_time_limit_is_the_whole_runs_a_resume_past_it_trains_nothing(tmp_path, monkeypatch):
+    """algo.time_limit_minutes counts the run's training clock over every part: killed in the final eval
+    after the limit stopped training, a resume trains no further iteration; extending the complete run
+    takes a larger limit, not only more iterations."""
+    from safetensors.torch import load_file
+
+    import agentrl.evaluation
+
+    real = agentrl.evaluation.evaluate
+    finals = []
+
+    def evaluate(*args, description: str = "", **kwargs):
+        if description == "eval after training":
+            finals.append(description)
+            if len(finals) == 1:
+                raise KeyboardInterrupt  # the kill, once final/ is saved
+        return real(*args, description=description, **kwargs)
+
+    monkeypatch.setattr(agentrl.evaluation, "evaluate", evaluate)
+    run = tmp_path / "run"
+    args = [*TINY, "algo.iterations=8", "algo.time_limit_minutes=1e-6", "algo.checkpoint_every=1"]
+    killed = CliRunner().invoke(app, ["train", *args, f"hydra.run.dir={run}"], catch_exceptions=False)
+    assert killed.exit_code != 0 and rundir.read_status(run)["status"] == "interrupted"
+    assert logged_iterations(run) == [1] and (run / "checkpoint-1").is_dir()
+
+    resumed = CliRunner().invoke(app, ["train", f"resume={run}"], catch_exceptions=False)
+    assert resumed.exit_code == 0, resumed.output
+    assert "crossed algo.time_limit_minutes=1e-06" in resumed.output, resumed.output
+    assert logged_iterations(run) == [1] and len(finals) == 2
+    assert json.loads((run / "eval.json").read_text())["iterations"] == 1
+    assert rundir.read_status(run)["status"] == "complete"
+    final, stop = (
+        load_file(run / "final" / "model.safetensors"),
+        load_file(run / "checkpoint-1" / "model.safetensors"),
+    )
+    assert final.keys() == stop.keys() and all(torch.equal(final[k], stop[k]) for k in final)
+
+    more = CliRunner().invoke(app, ["train", f"resume={run}", "algo.iterations=9"], catch_exceptions=False)
+    assert more.exit_code == 0 and "nothing changed" in more.output
+    assert "has reached algo.time_limit_minutes=1e-06" in more.output, more.output
+    longer = ["train", "--dry-run", f"resume={run}", "algo.time_limit_minutes=null"]
+    planned = CliRunner().invoke(app, longer, catch_exceptions=False)
+    assert planned.exit_code == 0 and "would continue in place" in planned.output, planned.output
+    assert logged_iterations(run) == [1]
+
+
 def test_training_that_ends_short_of_its_iterations_fails(tmp_path, monkeypatch):
     """The Trainer returns without error when an epoch of TRL's sampler has no batch (what three or more
     processes had: too few placeholder rows for a chunk), after the eval before training. The run then

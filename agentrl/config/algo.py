@@ -72,7 +72,10 @@ class LLMAlgoConfig(Schema):
     name: str = setting("msgrpo", "algorithm name (selects the credit assignment)", choices=LLM_ALGOS)
     iterations: int = setting(100, "rollout/update cycles (one optimizer step each, or ppo_epochs)", ge=1)
     time_limit_minutes: float | None = setting(
-        None, "stop after the iteration that crosses this training wall-clock (null: no limit)", gt=0
+        None,
+        "stop after the iteration that crosses this training wall-clock, counted over every resumed part"
+        " (null: no limit)",
+        gt=0,
     )
     group_size: int = setting(16, "episodes per group; a group shares one env seed", ge=1)
     groups_per_iteration: int = setting(

@@ -45,6 +45,7 @@ from agentrl.runs.rundir import (
     last_metrics_time,
     load_train_run,
     merge_overrides,
+    metrics_rows,
     override_key,
     override_value,
     quote,
@@ -294,7 +295,7 @@ def launch(
                 f"cannot resume {run.root}: it trained algo={run.algo}, not algo={cfg.algo.name}"
             )
         if is_complete(run.root) and not _asks_for_more(cfg, run):
-            _say_complete(run)
+            _say_complete(run, cfg)
             return []
         if is_complete(run.root):
             check_continuable(run)
@@ -496,9 +497,29 @@ def dry_run(task: str, overrides: list[str], *, resume: str | Path | None = None
 
 
 def _asks_for_more(cfg: DictConfig, run: SavedRun) -> bool:
+    """Whether a resume asks a complete run for more training: a larger budget (`algo.iterations`; DQN:
+    `algo.total_timesteps`), or, for a run its time limit stopped short of its iterations, a larger
+    `algo.time_limit_minutes` (or none). Never while the limit asked for is spent: the limit counts the
+    run's training clock over every part (metrics.jsonl `time_s`)."""
     key = BUDGET_KEYS.get(str(run.algo), DEFAULT_BUDGET_KEY)
     asked, done = cfg.algo.get(key), run.config.algo.get(key)
-    return asked is not None and done is not None and int(asked) > int(done)
+    if asked is None or done is None:
+        return False
+    more = int(asked) > int(done)
+    if key != DEFAULT_BUDGET_KEY:  # DQN has no time limit
+        return more
+    if _time_spent(cfg, run):
+        return False
+    old = run.config.algo.get("time_limit_minutes")
+    trained = [int(r["iteration"]) for r in metrics_rows(run.root) if isinstance(r.get("iteration"), int)]
+    stopped_on_time = bool(old) and last_metrics_time(run.root) >= float(old) * 60
+    return more or (stopped_on_time and max(trained, default=0) < int(asked))
+
+
+def _time_spent(cfg: DictConfig, run: SavedRun) -> bool:
+    """The run's training clock has reached the `algo.time_limit_minutes` that `cfg` asks for."""
+    limit = cfg.algo.get("time_limit_minutes")
+    return bool(limit) and last_metrics_time(run.root) >= float(limit) * 60
 
 
 def check_continuable(run: SavedRun) -> None:
@@ -521,14 +542,22 @@ def check_continuable(run: SavedRun) -> None:
     )
 
 
-def _say_complete(run: SavedRun) -> None:
+def _say_complete(run: SavedRun, cfg: DictConfig) -> None:
     from agentrl.console import console
 
     key = BUDGET_KEYS.get(str(run.algo), DEFAULT_BUDGET_KEY)
     done = run.config.algo.get(key)
+    if key == DEFAULT_BUDGET_KEY and _time_spent(cfg, run):
+        state = (
+            f"its training clock ({last_metrics_time(run.root) / 60:.1f} min) has reached "
+            f"algo.time_limit_minutes={cfg.algo.time_limit_minutes}"
+        )
+        more = "a larger algo.time_limit_minutes (or null), and a larger algo.iterations if it ran them all"
+    else:
+        state, more = f"algo.{key}={done}", f"a larger algo.{key}"
     console.print(
-        f"run {run.root} is complete (algo.{key}={done}); nothing changed. To train further pass a larger "
-        f"algo.{key}; to evaluate it again: agentrl eval {shell_override('from_run', run.root)}",
+        f"run {run.root} is complete ({state}); nothing changed. To train further pass {more}; "
+        f"to evaluate it again: agentrl eval {shell_override('from_run', run.root)}",
         markup=False,
         highlight=False,
     )

@@ -200,6 +200,20 @@ def last_metrics_time(run_dir: Path) -> float:
     return max(times, default=0.0)
 
 
+def metrics_time_at(run_dir: Path, step: int) -> float:
+    """The training clock (`time_s`) at iteration `step`: its row's, or, where a kill cut that row, the
+    largest logged at an earlier iteration (0 without one). A resume from checkpoint-`step` continues the
+    clock from here."""
+    rows = [r for r in metrics_rows(run_dir) if isinstance(r.get("time_s"), (int, float))]
+    exact = [float(r["time_s"]) for r in rows if r.get("iteration") == step]
+    if exact:
+        return exact[0]
+    earlier = [
+        float(r["time_s"]) for r in rows if isinstance(r.get("iteration"), int) and r["iteration"] < step
+    ]
+    return max(earlier, default=0.0)
+
+
 # ---------------------------------------------------------------------------------------------------
 # the lock
 # ---------------------------------------------------------------------------------------------------
@@ -469,6 +483,7 @@ __all__ = [
     "end_status",
     "is_complete",
     "last_metrics_time",
+    "metrics_time_at",
     "load_run",
     "load_train_run",
     "lock_holder",

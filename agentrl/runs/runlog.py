@@ -73,11 +73,14 @@ class MetricsLog:
     def last_step(self) -> int | None:
         return max(self._logged) if self._logged else None
 
-    def log(self, step: int, metrics: dict[str, Any]) -> None:
+    def log(self, step: int, metrics: dict[str, Any], time_s: float | None = None) -> None:
+        """One iteration's row; `time_s` is the caller's training clock (default: this log's own, which
+        a resume continues from the largest time logged)."""
         if step in self._logged:
             return
-        elapsed = self._time_offset + time.perf_counter() - self._start
-        row = {"iteration": int(step), "time_s": round(elapsed, 3)}
+        if time_s is None:
+            time_s = self._time_offset + time.perf_counter() - self._start
+        row = {"iteration": int(step), "time_s": round(time_s, 3)}
         row.update({k: _jsonable(v) for k, v in metrics.items()})
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()

@@ -48,7 +48,7 @@ class TrainingEnded(Exception):
 class EndOnLoad(TrainerCallback):
     """Ends `Trainer.train` as soon as it has loaded the checkpoint it resumes from (every engine has
     loaded the weights by `on_train_begin`), before any iteration: a run that had already stopped at its
-    target when it was killed has only its final model and eval left. The Trainer checks its stop flag
+    target or its time limit when it was killed has only its final model and eval left. The Trainer checks its stop flag
     only after an iteration, hence the exception (`TrainingEnded`), which the caller catches."""
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
@@ -107,27 +107,39 @@ class PPOEpochs(TrainerCallback):
 
 
 class TimeLimit(TrainerCallback):
-    """Stops training after the iteration that crosses `seconds` of training wall-clock."""
+    """The run's training clock, and a stop after the iteration that crosses `seconds` on it. The clock
+    starts at `on_train_begin` (after the eval before training) from `used`: a resume passes the time
+    logged at its checkpoint's iteration (rundir.metrics_time_at), so the limit is the whole run's and
+    iterations redone after a kill count once. MetricsWriter writes this clock as `time_s`."""
 
-    def __init__(self, seconds: float | None):
-        self.seconds = seconds
+    def __init__(self, seconds: float | None, used: float = 0.0):
+        self.seconds, self.used = seconds, float(used)
         self.start = time.perf_counter()
         self.reached = False  # training stopped here (fewer iterations than asked is then expected)
+
+    @property
+    def spent(self) -> bool:
+        """The limit was crossed before this part began (a resume from the iteration that crossed it)."""
+        return bool(self.seconds) and self.used >= self.seconds
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         self.start = time.perf_counter()
         return control
+
+    def clock(self) -> float:
+        """Training seconds of the run so far, every part included."""
+        return self.used + time.perf_counter() - self.start
 
     def seconds_left(self) -> float | None:
         """Training seconds left before the limit (None without one); the iteration that crosses it
         still finishes."""
         if not self.seconds:
             return None
-        return max(self.seconds - (time.perf_counter() - self.start), 0.0)
+        return max(self.seconds - self.clock(), 0.0)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         # every process stops after the same iteration (their clocks differ a little)
-        if dist.any_true(bool(self.seconds) and time.perf_counter() - self.start >= self.seconds):
+        if dist.any_true(bool(self.seconds) and self.clock() >= self.seconds):
             log.info("Time limit reached after iteration %d: stopping", state.global_step)
             control.should_training_stop = self.reached = True
         return control
@@ -213,7 +225,8 @@ class MetricsWriter(TrainerCallback):
     """Writes each iteration's log row (TRL's loss statistics + the rollout metrics + pending periodic
     eval) to the run's MetricsLog and advances the progress bar with a one-line summary. `time_left`
     (TimeLimit.seconds_left) bounds the bar's ETA: a run that stops on its time limit ends within the
-    time left plus one more iteration, however many iterations `algo.iterations` allows."""
+    time left plus one more iteration, however many iterations `algo.iterations` allows. `clock`
+    (TimeLimit.clock) gives the rows' `time_s`."""
 
     def __init__(
         self,
@@ -222,10 +235,11 @@ class MetricsWriter(TrainerCallback):
         pending: dict[str, Any],
         rename: dict[str, str] | None = None,
         time_left: Callable[[], float | None] | None = None,
+        clock: Callable[[], float] | None = None,
     ):
         self.metrics_log, self.bar, self.pending = metrics_log, bar, pending
         self.rename = rename or {}
-        self.time_left = time_left
+        self.time_left, self.clock = time_left, clock
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
         if not logs or "train_runtime" in logs:  # the Trainer's end-of-training summary
@@ -233,7 +247,7 @@ class MetricsWriter(TrainerCallback):
         row = {self.rename.get(k, k): v for k, v in logs.items()}
         row.update(self.pending)
         self.pending.clear()
-        self.metrics_log.log(state.global_step, row)
+        self.metrics_log.log(state.global_step, row, self.clock() if self.clock is not None else None)
         left = self.time_left() if self.time_left is not None else None
         if left is not None:
             left += float(row.get("iteration_s") or 0.0)  # the iteration that crosses the limit

@@ -211,7 +211,7 @@ def _callback(
                 if key in sb3:
                     row[ours] = float(sb3[key])
             row["train_time_s"] = round(self.train_time(), 3)
-            metrics.log(steps, row)
+            metrics.log(steps, row, time_s=self.train_time())  # the clock its checkpoints carry on
             self.model.dump_logs()  # SB3's own csv/tensorboard rows at the same step
             self.line = " ".join(
                 f"{k} {row[k]:.3g}"

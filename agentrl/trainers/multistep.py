@@ -45,7 +45,7 @@ from agentrl.console import set_torch_threads
 from agentrl.errors import ConfigError, TrainingIncomplete
 from agentrl.kernels import features
 from agentrl.kernels.features import fast_path
-from agentrl.runs.rundir import metrics_rows, shell_override
+from agentrl.runs.rundir import metrics_rows, metrics_time_at, shell_override
 from agentrl.runs.runlog import MetricsLog, newest_valid_checkpoint, progress
 from agentrl.trainers.actor_critic import ActorCritic
 from agentrl.trainers.callbacks import (
@@ -436,7 +436,10 @@ def _train(
             return {}
         return evals.run(f"eval @ {step}", algo.periodic_eval_episodes)[0]
 
-    limit = TimeLimit(minutes * 60 if minutes else None)
+    # the run's training clock goes on from the checkpoint's iteration, so the limit is the whole run's
+    limit = TimeLimit(
+        minutes * 60 if minutes else None, metrics_time_at(run_dir, done_before) if checkpoint else 0
+    )
     target = PeriodicEval(algo.eval_every, periodic_eval, pending, algo.stop_at_success)
     finished = _stopped_at_target(run_dir, checkpoint, algo)
     if finished is not None:
@@ -447,6 +450,15 @@ def _train(
             algo.stop_at_success,
             finished,
         )
+    elif limit.spent:
+        log.info(
+            "checkpoint-%d is where this run's training clock (%.1f min) crossed algo.time_limit_minutes=%g: "
+            "no more training; its final model and eval follow (a larger limit trains on)",
+            done_before,
+            limit.used / 60,
+            minutes,
+        )
+    ends_on_load = finished is not None or limit.spent
     start = time.perf_counter()
     with stop:
         try:
@@ -454,13 +466,13 @@ def _train(
                 if done_before:
                     bar.advance(n=done_before)
                 for callback in (
-                    EndOnLoad() if finished is not None else None,
+                    EndOnLoad() if ends_on_load else None,
                     BeforeTraining(evals.before_training) if wants_before else None,
                     RolloutCacheReset(policy.backend, trainer.rollout_backend),
                     limit,
                     target,
                     CheckpointEvery(algo.checkpoint_every),
-                    MetricsWriter(metrics_log, bar, pending, METRIC_RENAMES, limit.seconds_left)
+                    MetricsWriter(metrics_log, bar, pending, METRIC_RENAMES, limit.seconds_left, limit.clock)
                     if main
                     else None,
                     SignalSafePoints(stop),  # after MetricsWriter: a held signal waits for the row
@@ -476,7 +488,7 @@ def _train(
         finally:
             if metrics_log is not None:
                 metrics_log.close()
-    stopped = limit.reached or target.reached or finished is not None
+    stopped = limit.reached or target.reached or ends_on_load
     _check_complete(trainer.state.global_step, algo.iterations, done_before, stopped)
     return time.perf_counter() - start
 
