@@ -91,27 +91,40 @@ def test_training_stops_at_the_target_success_and_checkpoints_there(tmp_path, mo
     assert rundir.read_status(run)["status"] == "complete"
 
 
-def test_a_run_killed_after_stopping_at_its_target_resumes_to_its_final_eval(tmp_path, monkeypatch):
-    """Killed in the final eval after algo.stop_at_success stopped training, a resume trains no further
-    iteration: the checkpoint of the stop becomes final/ and the final eval runs."""
-    from safetensors.torch import load_file
-
+def kill_in_the_first_final_eval(monkeypatch, success_at: str | None = None) -> list[str]:
+    """Makes the first "eval after training" raise KeyboardInterrupt, as a kill once final/ is saved;
+    the eval named `success_at` reports success 1.0. Returns the final evals started."""
     import agentrl.evaluation
 
     real = agentrl.evaluation.evaluate
-    finals = []
+    finals: list[str] = []
 
     def evaluate(*args, description: str = "", **kwargs):
         if description == "eval after training":
             finals.append(description)
             if len(finals) == 1:
-                raise KeyboardInterrupt  # the kill, once final/ is saved
+                raise KeyboardInterrupt
         metrics, episodes = real(*args, description=description, **kwargs)
-        if description == "eval @ 3":
+        if description == success_at:
             metrics = {**metrics, "success_rate": 1.0}
         return metrics, episodes
 
     monkeypatch.setattr(agentrl.evaluation, "evaluate", evaluate)
+    return finals
+
+
+def assert_final_is(run, checkpoint: str) -> None:
+    """final/ holds the weights of `checkpoint`, bit for bit."""
+    from safetensors.torch import load_file
+
+    final, saved = (load_file(run / d / "model.safetensors") for d in ("final", checkpoint))
+    assert final.keys() == saved.keys() and all(torch.equal(final[k], saved[k]) for k in final)
+
+
+def test_a_run_killed_after_stopping_at_its_target_resumes_to_its_final_eval(tmp_path, monkeypatch):
+    """Killed in the final eval after algo.stop_at_success stopped training, a resume trains no further
+    iteration: the checkpoint of the stop becomes final/ and the final eval runs."""
+    finals = kill_in_the_first_final_eval(monkeypatch, success_at="eval @ 3")
     run = tmp_path / "run"
     args = [*TINY, "algo.iterations=8", "algo.eval_every=1", "algo.stop_at_success=0.9"]
     args += ["algo.checkpoint_every=5", f"hydra.run.dir={run}"]
@@ -126,32 +139,14 @@ def test_a_run_killed_after_stopping_at_its_target_resumes_to_its_final_eval(tmp
     assert json.loads((run / "eval.json").read_text())["iterations"] == 3
     assert rundir.read_status(run)["status"] == "complete"
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-3"]
-    final, stop = (
-        load_file(run / "final" / "model.safetensors"),
-        load_file(run / "checkpoint-3" / "model.safetensors"),
-    )
-    assert final.keys() == stop.keys() and all(torch.equal(final[k], stop[k]) for k in final)
+    assert_final_is(run, "checkpoint-3")
 
 
 def test_the_time_limit_is_the_whole_runs_a_resume_past_it_trains_nothing(tmp_path, monkeypatch):
     """algo.time_limit_minutes counts the run's training clock over every part: killed in the final eval
     after the limit stopped training, a resume trains no further iteration; extending the complete run
     takes a larger limit, not only more iterations."""
-    from safetensors.torch import load_file
-
-    import agentrl.evaluation
-
-    real = agentrl.evaluation.evaluate
-    finals = []
-
-    def evaluate(*args, description: str = "", **kwargs):
-        if description == "eval after training":
-            finals.append(description)
-            if len(finals) == 1:
-                raise KeyboardInterrupt  # the kill, once final/ is saved
-        return real(*args, description=description, **kwargs)
-
-    monkeypatch.setattr(agentrl.evaluation, "evaluate", evaluate)
+    finals = kill_in_the_first_final_eval(monkeypatch)
     run = tmp_path / "run"
     args = [*TINY, "algo.iterations=8", "algo.time_limit_minutes=1e-6", "algo.checkpoint_every=1"]
     killed = CliRunner().invoke(app, ["train", *args, f"hydra.run.dir={run}"], catch_exceptions=False)
@@ -164,11 +159,7 @@ def test_the_time_limit_is_the_whole_runs_a_resume_past_it_trains_nothing(tmp_pa
     assert logged_iterations(run) == [1] and len(finals) == 2
     assert json.loads((run / "eval.json").read_text())["iterations"] == 1
     assert rundir.read_status(run)["status"] == "complete"
-    final, stop = (
-        load_file(run / "final" / "model.safetensors"),
-        load_file(run / "checkpoint-1" / "model.safetensors"),
-    )
-    assert final.keys() == stop.keys() and all(torch.equal(final[k], stop[k]) for k in final)
+    assert_final_is(run, "checkpoint-1")
 
     more = CliRunner().invoke(app, ["train", f"resume={run}", "algo.iterations=9"], catch_exceptions=False)
     assert more.exit_code == 0 and "nothing changed" in more.output
