@@ -67,8 +67,10 @@ class MetricsLog:
                 self._logged.add(int(row["iteration"]))
                 self._time_offset = max(self._time_offset, float(row.get("time_s") or 0.0))
                 good_lines.append(line)
-        # rewrite without the torn line so the file always parses
-        self.path.write_text("".join(line + "\n" for line in good_lines), encoding="utf-8")
+        # rewrite without the torn line so the file always parses; by rename, since the other processes
+        # of a resumed run read it meanwhile (their time limit's clock, the target check)
+        with atomic_file(self.path) as tmp:
+            tmp.write_text("".join(line + "\n" for line in good_lines), encoding="utf-8")
 
     def last_step(self) -> int | None:
         return max(self._logged) if self._logged else None

@@ -458,7 +458,8 @@ def _train(
             limit.used / 60,
             minutes,
         )
-    ends_on_load = finished is not None or limit.spent
+    # every process ends here or none does (each read metrics.jsonl for itself)
+    ends_on_load = dist.any_true(finished is not None or limit.spent)
     start = time.perf_counter()
     with stop:
         try:
