@@ -39,10 +39,16 @@ copy generated the rollouts and the update computed finite, non-zero importance 
 trains and the run ends complete; skipped with fewer than two GPUs). The JSON's `checks` gives each
 check's status (ran | skipped | error), pass/fail and the reason.
 
+`--profile` runs one more iteration whose update runs under `torch.profiler` (`update_profile`: on a GPU
+the kernels' device time by category and by name, and the share of the update's wall clock the GPU was
+busy; the figures above stay those of the iteration before it): where the update's time goes, for
+whoever raises its MFU.
+
 `--all` is the one command for a machine with a GPU lent for a few minutes: within `--all-budget-s`
 (540 s) it measures the 3B full fine-tune (`large`: 3 iterations of 16 x 8 episodes, MFU and peak
-memory) with the token budgets as planned now and as planned from the free memory alone when the
-trainer was built (`budgets_from_free_memory_at_build`, side by side in one process), then runs the
+memory, and a fourth, profiled update) with the token budgets as planned now and as planned from the
+free memory alone when the trainer was built (`budgets_from_free_memory_at_build`, side by side in one
+process; the second without the profiled iteration), then runs the
 suite (its own `--budget-s`, 150 s under --all), then the test suite with the GPU visible
 (`AGENTRL_TEST_CUDA=1 python -m pytest`, `--pytest-args`, in what time is left; its counts and each
 failure in `pytest`), all in one JSON.
@@ -55,6 +61,7 @@ passed; 1 a check failed (each failure is printed on a `gpu_check FAILED:` line 
     python benchmarks/gpu_check.py --suite --out gpu_check.json  # every check (one GPU; ~1.5 min on an H200 without vLLM)
     python benchmarks/gpu_check.py --out gpu_check.json          # full and LoRA only (one GPU, ~3-5 min)
     python benchmarks/gpu_check.py --gradient-checkpointing      # the same with activation recomputation
+    python benchmarks/gpu_check.py --runs full --profile         # and where the update's time goes
     python benchmarks/gpu_check.py --suite --tiny --device cpu   # a 2-layer Qwen2 model on the CPU (tests)
     python benchmarks/gpu_check.py --runs full agent.cot=true    # one run; extra Hydra overrides at the end
 """
@@ -227,6 +234,136 @@ def metrics_failures(name: str, rows: list[dict[str, Any]], iterations: int) -> 
     return failures
 
 
+#: the update profile's categories, matched in this order against kernel (CUDA) or operator (CPU) names;
+#: a heuristic by name, for telling where the update's time goes, not a measurement of its own
+PROFILE_CATEGORIES: tuple[tuple[str, str], ...] = (
+    ("optimizer", r"adam|multi_tensor|foreach"),
+    ("attention", r"attention|flash|fmha|sdpa|scaled_dot"),
+    ("matmul", r"gemm|gemv|matmul|cutlass|xmma|cublas|aten::(?:addmm|mm|bmm|linear)\b"),
+    ("softmax", r"softmax"),
+    ("copies and casts", r"memcpy|memset|copy|cast|convert"),
+    ("reductions and norms", r"reduce|norm|sum|mean"),
+    ("elementwise", r"elementwise|vectorized|unrolled|aten::(?:add|mul|sub|div|silu|neg|exp|rsqrt|pow)"),
+)
+#: operators listed by name in the update profile
+PROFILE_TOP = 12
+
+
+def profile_category(name: str) -> str:
+    import re
+
+    lowered = name.lower()
+    return next((cat for cat, pattern in PROFILE_CATEGORIES if re.search(pattern, lowered)), "other")
+
+
+def summarize_profile(events: Any, window_s: float, cuda: bool) -> dict[str, Any]:
+    """Where a profiled update's time went, from `torch.profiler`'s key averages: on CUDA the kernels'
+    device time (a kernel has no children, so the sum is the time the GPU computed) and its share of the
+    window's wall clock (what is left: the GPU waited for the host); on the CPU each operator's self time
+    (summed over threads, so no busy share). `top`: the PROFILE_TOP largest by name; `categories`:
+    PROFILE_CATEGORIES' shares of the total."""
+    from torch.autograd import DeviceType
+
+    timed = []
+    for e in events:
+        if cuda:
+            if e.device_type != DeviceType.CUDA:
+                continue
+            seconds = (
+                getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+            ) / 1e6
+        else:
+            if e.device_type != DeviceType.CPU or getattr(e, "is_user_annotation", False):
+                continue
+            seconds = e.self_cpu_time_total / 1e6
+        if seconds > 0:
+            timed.append((str(e.key), seconds, int(e.count)))
+    total = sum(t for _, t, _ in timed)
+    categories: dict[str, float] = {}
+    for name, seconds, _ in timed:
+        cat = profile_category(name)
+        categories[cat] = categories.get(cat, 0.0) + seconds
+    timed.sort(key=lambda row: -row[1])
+    share = (lambda t: t / total) if total > 0 else (lambda t: None)  # noqa: E731
+    return {
+        "what": "kernels' device time" if cuda else "operators' self CPU time (all threads)",
+        "window_s": window_s,
+        "timed_s": total,
+        "device_busy_share": total / window_s if cuda and window_s > 0 else None,
+        "categories": {
+            cat: {"seconds": t, "share": share(t)}
+            for cat, t in sorted(categories.items(), key=lambda kv: -kv[1])
+        },
+        "top": [
+            {
+                "name": name[:160],
+                "category": profile_category(name),
+                "seconds": t,
+                "share": share(t),
+                "calls": n,
+            }
+            for name, t, n in timed[:PROFILE_TOP]
+        ],
+    }
+
+
+class UpdateProfile:
+    """`torch.profiler` around one iteration's update: from its packed micro-batches to the end of its
+    optimizer step (on_step_end), the window `update_s` times, with the device synchronized at both ends
+    so no rollout kernel falls inside. CUDA activity only on a GPU (the host's operators are not
+    recorded, which keeps the profiler's own cost off the host); `summary` after the step."""
+
+    def __init__(self, iteration: int, cuda: bool):
+        self.iteration, self.cuda = iteration, cuda  # 0-based index of the profiled iteration
+        self.summary: dict[str, Any] | None = None
+        self._prof: Any = None
+        self._start = 0.0
+
+    def _sync(self) -> None:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def maybe_start(self, trainer: Any) -> None:
+        if self._prof is not None or self.summary is not None or trainer.state.global_step != self.iteration:
+            return
+        from torch.profiler import ProfilerActivity, profile
+        from transformers import TrainerCallback
+
+        outer = self
+
+        class StopAtStepEnd(TrainerCallback):
+            def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+                outer.stop()
+                return control
+
+        self._sync()
+        try:  # a profiler that cannot start (CUPTI refused) costs the profile, not the run
+            prof = profile(activities=[ProfilerActivity.CUDA if self.cuda else ProfilerActivity.CPU])
+            prof.__enter__()
+        except Exception as exc:  # noqa: BLE001
+            self.summary = {"iteration": self.iteration + 1, "error": f"{type(exc).__name__}: {exc}"}
+            return
+        trainer.add_callback(StopAtStepEnd())
+        self._prof, self._start = prof, time.perf_counter()
+
+    def stop(self) -> None:
+        if self._prof is None:
+            return
+        self._sync()
+        window = time.perf_counter() - self._start
+        prof, self._prof = self._prof, None
+        try:
+            prof.__exit__(None, None, None)
+            self.summary = {
+                "iteration": self.iteration + 1,
+                **summarize_profile(prof.key_averages(), window, self.cuda),
+            }
+        except Exception as exc:  # noqa: BLE001 - a profiler that reads differently must not fail the run
+            self.summary = {"iteration": self.iteration + 1, "error": f"{type(exc).__name__}: {exc}"}
+
+
 def run_one(
     mode: str,
     model_dir: Path,
@@ -237,10 +374,12 @@ def run_one(
     name: str | None = None,
     extra: tuple[str, ...] = (),
     probe: Probe | None = None,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """Train `mode` (full | lora) for args.iterations iterations with the `extra` overrides; return its
     figures and check results. `probe`: a suite check's own assertions, entered around the training run
-    and asked afterwards (`Probe.check`)."""
+    and asked afterwards (`Probe.check`). `profile`: one more iteration, whose update runs under the
+    profiler (`update_profile`); the figures (`mfu`, tokens/s) stay those of the last iteration before it."""
     import torch
 
     import agentrl.models
@@ -267,7 +406,7 @@ def run_one(
         f"model.device={args.device}",
         f"model.attn_implementation={args.attn}",
         f"model.lora.r={args.lora_r if mode == 'lora' else 0}",
-        f"algo.iterations={args.iterations}",
+        f"algo.iterations={args.iterations + int(profile)}",
         f"algo.gradient_checkpointing={str(args.gradient_checkpointing).lower()}",
         f"algo.group_size={args.group_size or (4 if tiny else 8)}",
         f"algo.groups_per_iteration={args.groups or 2}",
@@ -304,12 +443,17 @@ def run_one(
     updates: list[list[tuple[list[int], int]]] = []
     real_pack = MultiStepTrainer._pack_micro_batches
 
+    profiler = UpdateProfile(args.iterations, cuda) if profile else None
+
     def recording_pack(self: Any, samples: Any, *a: Any, **kw: Any) -> Any:
         captured["trainer"] = self
         updates.append(
             [(list(r.prompt_ids), len(r.completion_ids)) for r in samples if r.advantage is not None]
         )
-        return real_pack(self, samples, *a, **kw)
+        batches = real_pack(self, samples, *a, **kw)
+        if profiler is not None:
+            profiler.maybe_start(self)
+        return batches
 
     run_dir = work / f"run-{name}"
     if cuda:
@@ -332,6 +476,8 @@ def run_one(
         for module in patched:
             module.load_model = real_load
         MultiStepTrainer._pack_micro_batches = real_pack
+        if profiler is not None:
+            profiler.stop()  # after a crash inside the profiled update: the next run is not profiled
     wall = time.perf_counter() - start
     peak_gib = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
     reserved_gib = torch.cuda.max_memory_reserved() / 2**30 if cuda else None
@@ -384,7 +530,7 @@ def run_one(
         failures.append(
             f"{name}: trainable weights are {dtypes}, expected float32 master weights ({precision})"
         )
-    failures += metrics_failures(name, rows, args.iterations)
+    failures += metrics_failures(name, rows, args.iterations + int(profile))
 
     params = sum(p.numel() for p in model.parameters())
     n_trainable = sum(p.numel() for p in trainable)
@@ -417,9 +563,11 @@ def run_one(
                 "loss": r.get("loss"),
                 "update_flops": executed,
                 "mfu": mfu(executed, r["update_s"], peak) if executed else None,
+                "profiled": bool(profile) and r["iteration"] == args.iterations + 1,
             }
         )
-    steady = iters[-1] if iters else {}
+    measured = [it for it in iters if not it["profiled"]]
+    steady = measured[-1] if measured else {}
     trainer = captured.get("trainer")
     budgets = {
         key: getattr(trainer, key, None) for key in ("max_batch_tokens", "padded_budget", "prompt_budget")
@@ -448,6 +596,7 @@ def run_one(
         + (" (shared-prefix kernel)" if kernel else " (TRL's pass per row)"),
         "extra_check": extra_result,
         "token_budgets": budgets,
+        "update_profile": profiler.summary if profiler is not None else None,
         "peak_gpu_memory_gib": peak_gib,
         "peak_gpu_memory_reserved_gib": reserved_gib,
         "gpu_memory_at_start_gib": start_gib,
@@ -907,7 +1056,8 @@ def large_runs(model_dir: Path, work: Path, args: argparse.Namespace, peak: floa
     ):
         try:
             with planning:
-                runs[name] = run_one("full", model_dir, work, big, peak, name=name)
+                # the run as planned now also profiles one more update: where its time goes
+                runs[name] = run_one("full", model_dir, work, big, peak, name=name, profile=name == "full")
         except Exception as exc:  # noqa: BLE001 - the other side still runs (an OOM is a result here)
             runs[name] = crashed(name, exc)
         if torch.cuda.is_available():
@@ -1022,6 +1172,24 @@ def print_report(summary: dict[str, Any]) -> None:
             f"  {_fmt(run['peak_gpu_memory_gib'], '12.1f')}  {_fmt(run['mfu'], '6.1%')}"
             f"  {run['weights_moved']['min']:21.3f}  {run['wall_s']:6.1f}  {'PASS' if run['passed'] else 'FAIL'}"
         )
+    for mode, run in runs.items():
+        prof = run.get("update_profile")
+        if not prof:
+            continue
+        if "error" in prof:
+            print(f"\n{mode}: update profile failed: {prof['error']}")
+            continue
+        busy = prof["device_busy_share"]
+        print(
+            f"\n{mode}: iteration {prof['iteration']}'s update profiled: {prof['what']} {prof['timed_s']:.2f} s"
+            f" in {prof['window_s']:.2f} s"
+            + (f" (the device busy {busy:.0%} of it)" if busy is not None else "")
+        )
+        print(
+            "  " + ", ".join(f"{cat} {c['share']:.0%}" for cat, c in prof["categories"].items() if c["share"])
+        )
+        for op in prof["top"][:6]:
+            print(f"  {op['share']:6.1%} {op['seconds']:8.3f} s {op['calls']:6d} x  {op['name'][:90]}")
     tests = summary.get("pytest")
     if tests is not None and "tests" in tests:
         print(
@@ -1047,6 +1215,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--group-size", type=int, default=None, help="episodes per group (8; tiny: 4)")
     parser.add_argument("--groups", type=int, default=None, help="groups per iteration (2)")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="full/LoRA runs: one more iteration whose update runs under torch.profiler (update_profile;"
+        " --all does this for the 3B run as planned now)",
+    )
     parser.add_argument(
         "--attn", default="sdpa", help="model.attn_implementation: sdpa | eager | flash_attention_2"
     )
@@ -1172,7 +1346,7 @@ def main(argv: list[str] | None = None) -> int:
             failures += summary["pytest"]["failures"]
         for mode in [] if args.suite else args.runs:
             try:
-                run = run_one(mode, model_dir, Path(tmp), args, peak)
+                run = run_one(mode, model_dir, Path(tmp), args, peak, profile=args.profile)
             except Exception as exc:  # noqa: BLE001 - an OOM or a crash in one run must not hide the other
                 traceback.print_exc()
                 line = " ".join(str(exc).split())[:500] or type(exc).__name__

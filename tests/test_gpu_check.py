@@ -114,6 +114,79 @@ def test_tiny_cpu_suite_end_to_end(tmp_path, capsys):
     assert "gpu_check PASSED" in printed and "SKIPPED: no CUDA device" in printed
 
 
+def test_profile_runs_one_more_update_under_the_profiler_and_keeps_the_figures_of_the_one_before(
+    tmp_path, capsys
+):
+    out = tmp_path / "gpu_check.json"
+    argv = [
+        "--tiny",
+        "--device",
+        "cpu",
+        "--runs",
+        "full",
+        "--profile",
+        "--out",
+        str(out),
+        "--peak-tflops",
+        "0.05",
+    ]
+    assert gpu_check.main(argv) == 0
+    printed = capsys.readouterr().out
+    full = json.loads(out.read_text())["runs"]["full"]
+    assert [(r["iteration"], r["profiled"]) for r in full["iterations"]] == [
+        (1, False),
+        (2, False),
+        (3, True),
+    ]
+    second = full["iterations"][1]
+    assert full["update_tokens_per_s"] == second["update_tokens_per_s"] and full["mfu"] == second["mfu"]
+    prof = full["update_profile"]
+    assert prof["iteration"] == 3 and prof["device_busy_share"] is None  # the CPU: no device to be busy
+    assert 0 < prof["timed_s"] and 0 < prof["window_s"] < full["iterations"][2]["update_s"] + 1
+    assert "matmul" in prof["categories"] and any(op["name"] == "aten::mm" for op in prof["top"])
+    assert sum(c["share"] for c in prof["categories"].values()) == pytest.approx(1.0)
+    assert "iteration 3's update profiled" in printed
+
+
+def test_the_update_profile_sums_kernel_time_against_the_window_on_cuda():
+    """On a GPU the profile counts the kernels' device time (not the host operators that launched them)
+    and its share of the window: the rest is time the GPU waited for the host."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    def event(key, seconds, device):
+        us = seconds * 1e6
+        return SimpleNamespace(
+            key=key, count=2, device_type=device, self_device_time_total=us, self_cpu_time_total=us
+        )
+
+    events = [
+        event("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", 0.6, DeviceType.CUDA),
+        event(
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+            0.1,
+            DeviceType.CUDA,
+        ),
+        event(
+            "void multi_tensor_apply_kernel<TensorListMetadata<4>, FusedAdamMathFunctor<float, 4>>",
+            0.05,
+            DeviceType.CUDA,
+        ),
+        event("pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel", 0.05, DeviceType.CUDA),
+        event("aten::mm", 0.6, DeviceType.CPU),  # the host op of the gemm: not counted twice
+    ]
+    summary = gpu_check.summarize_profile(events, window_s=1.0, cuda=True)
+    assert summary["timed_s"] == pytest.approx(0.8) and summary["device_busy_share"] == pytest.approx(0.8)
+    shares = {cat: c["share"] for cat, c in summary["categories"].items()}
+    assert shares == pytest.approx(
+        {"matmul": 0.75, "elementwise": 0.125, "optimizer": 0.0625, "attention": 0.0625}
+    )
+    assert [op["category"] for op in summary["top"]] == ["matmul", "elementwise", "optimizer", "attention"]
+    assert gpu_check.profile_category("void at::native::cunn_SoftMaxForward<8, float>") == "softmax"
+    assert gpu_check.profile_category("Memcpy DtoD (Device -> Device)") == "copies and casts"
+
+
 def test_the_suite_skips_what_the_time_budget_cannot_fit(tmp_path):
     out = tmp_path / "gpu_check.json"
     assert gpu_check.main(["--suite", "--tiny", "--device", "cpu", "--out", str(out), "--budget-s", "0"]) == 0
@@ -299,5 +372,6 @@ def test_all_writes_the_3b_figures_the_suite_and_pytest_in_one_json(tmp_path):
     large = summary["large"]
     assert large["full"]["passed"] and large["full_budgets_at_build"]["passed"]
     assert set(large["comparison"]) == {"full", "full_budgets_at_build", "size"}
+    assert large["full"]["update_profile"]["top"] and large["full_budgets_at_build"]["update_profile"] is None
     assert summary["checks"]["full"]["status"] == "ran"
     assert summary["pytest"]["passed"] == 7 and summary["pytest"]["failures"] == []
