@@ -48,8 +48,9 @@ class TrainingEnded(Exception):
 class EndOnLoad(TrainerCallback):
     """Ends `Trainer.train` as soon as it has loaded the checkpoint it resumes from (every engine has
     loaded the weights by `on_train_begin`), before any iteration: a run that had already stopped at its
-    target or its time limit when it was killed has only its final model and eval left. The Trainer checks its stop flag
-    only after an iteration, hence the exception (`TrainingEnded`), which the caller catches."""
+    target or its time limit when it was killed has only its final model and eval left. The Trainer
+    checks its stop flag only after an iteration, hence the exception (`TrainingEnded`), which the caller
+    catches."""
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         raise TrainingEnded
